@@ -1,0 +1,162 @@
+//! Plugin runtime benchmark. Prints figures; asserts nothing.
+//!
+//! Run: `cargo bench -p chitin --bench plugins`. Figures to compare within one
+//! run (these machines are noisy): load cold vs warm; per-call host overhead
+//! (validation + WASI context + instantiate + call + drop) for a trivial tool;
+//! calls per second with parallel callers; process start to first result
+//! with a warm cache; startup with 50 installed plugins.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chitin::app::{App, AppOptions};
+use chitin::config::DataDir;
+use chitin::plugins::manifest::{self, Manifest};
+use chitin::plugins::{CallContext, PluginRuntime, PluginSource, RuntimeConfig};
+use serde_json::json;
+
+const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
+const CHITIN_BIN: &str = env!("CARGO_BIN_EXE_chitin");
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let hello = std::fs::read(HELLO_WASM).expect("hello-tool is built by host/build.rs");
+
+    println!("chitin plugin benchmark (hello-tool, {} KiB)", hello.len() / 1024);
+    load_cold_vs_warm(&hello, home.path());
+    let app = App::open(DataDir::at(home.path()), AppOptions { extra_plugins: vec![HELLO_WASM.into()], ..Default::default() }).unwrap();
+    rt.block_on(per_call_overhead(&app));
+    rt.block_on(parallel_throughput(&app));
+    process_start(home.path());
+    fifty_plugins(&hello);
+}
+
+fn load_cold_vs_warm(bytes: &[u8], home: &Path) {
+    let cache = home.join("bench-cache");
+    let measure = || {
+        let runtime = PluginRuntime::new(RuntimeConfig { workspace: home.to_path_buf(), cache_dir: Some(cache.clone()), limits: Default::default() }).unwrap();
+        let plugin = runtime.load(PluginSource::Builtin, Arc::from(bytes), &Default::default()).unwrap();
+        let started = Instant::now();
+        runtime.prepare(&plugin).unwrap();
+        started.elapsed()
+    };
+    let _ = std::fs::remove_dir_all(&cache);
+    let cold = measure();
+    let warm: Vec<Duration> = (0..5).map(|_| measure()).collect();
+    let warm = median(warm);
+    println!("load: cold (compile) {:.1} ms, warm (cache) {:.2} ms, ratio {:.0}x", ms(cold), ms(warm), cold.as_secs_f64() / warm.as_secs_f64());
+}
+
+async fn per_call_overhead(app: &App) {
+    let ctx = CallContext::default();
+    let args = json!({"text": "hi"});
+    for _ in 0..200 {
+        app.tools.call("shout", &args, &ctx, None).await.unwrap();
+    }
+    let mut full = Vec::with_capacity(5000);
+    let mut validate = Vec::with_capacity(5000);
+    for _ in 0..5000 {
+        let started = Instant::now();
+        let call = app.tools.prepare_call("shout", &args).unwrap();
+        validate.push(started.elapsed());
+        app.tools.execute(&call, &ctx, None).await.unwrap();
+        full.push(started.elapsed());
+    }
+    let (p50, p99) = percentiles(&mut full);
+    let (v50, _) = percentiles(&mut validate);
+    println!("per call (validate + WASI ctx + instantiate + call + drop): p50 {:.1} µs, p99 {:.1} µs; validation alone p50 {:.1} µs", us(p50), us(p99), us(v50));
+}
+
+async fn parallel_throughput(app: &App) {
+    for callers in [1usize, 2, 4, 8] {
+        let per_caller = 2000;
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..callers)
+            .map(|_| {
+                let tools = app.tools.clone();
+                tokio::spawn(async move {
+                    let ctx = CallContext::default();
+                    for _ in 0..per_caller {
+                        tools.call("shout", &json!({"text": "hi"}), &ctx, None).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let rate = (callers * per_caller) as f64 / started.elapsed().as_secs_f64();
+        println!("throughput: {callers} parallel callers on 2 worker threads: {rate:.0} calls/s");
+    }
+}
+
+fn process_start(home: &Path) {
+    let run = || {
+        let started = Instant::now();
+        let out = Command::new(CHITIN_BIN)
+            .args(["tool", "call", "shout", "--args", r#"{"text":"hi"}"#, "--plugin", HELLO_WASM])
+            .env("CHITIN_HOME", home)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        started.elapsed()
+    };
+    run(); // warms the compile cache
+    let times: Vec<Duration> = (0..10).map(|_| run()).collect();
+    println!("process start to first tool result (warm cache): median {:.1} ms over 10 runs", ms(median(times)));
+}
+
+fn fifty_plugins(hello: &[u8]) {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = Manifest::from_component(hello).unwrap();
+    for i in 0..50 {
+        let mut m = base.clone();
+        m.name = format!("hello{i}");
+        for t in &mut m.tools {
+            t.name = format!("{}_{i}", t.name);
+        }
+        std::fs::write(dir.join(format!("hello{i}.wasm")), manifest::pack(hello, &m).unwrap()).unwrap();
+    }
+    let open = || {
+        let started = Instant::now();
+        let app = App::open(DataDir::at(home.path()), AppOptions::default()).unwrap();
+        assert_eq!(app.catalog.iter().count(), 51);
+        started.elapsed()
+    };
+    let times: Vec<Duration> = (0..5).map(|_| open()).collect();
+    println!("ready with 50 installed plugins (in process, manifests + registry): median {:.1} ms", ms(median(times)));
+    let run = || {
+        let started = Instant::now();
+        let out = Command::new(CHITIN_BIN).args(["tool", "call", "shout_7", "--args", r#"{"text":"hi"}"#]).env("CHITIN_HOME", home.path()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        started.elapsed()
+    };
+    run();
+    let times: Vec<Duration> = (0..5).map(|_| run()).collect();
+    println!("process start with 50 installed plugins to a tool result (warm): median {:.1} ms", ms(median(times)));
+}
+
+fn percentiles(samples: &mut [Duration]) -> (Duration, Duration) {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize];
+    (at(0.50), at(0.99))
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+

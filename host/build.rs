@@ -1,0 +1,24 @@
+//! Builds the first-party plugins (`plugins/*`) as components and generates
+//! `BUILTIN_PLUGINS`, which embeds them in the `chitin` binary: a fresh build
+//! finds them without an install step.
+
+fn main() {
+    let plugins = [("fs", "chitin-plugin-fs")];
+    // The SDK example is built alongside: the CLI tests and the benchmark
+    // call its trivial tool. It is not embedded.
+    let mut packages: Vec<&str> = plugins.iter().map(|(_, package)| *package).collect();
+    packages.push("hello-tool");
+    let paths = chitin_xbuild::build_components(&packages);
+    println!("cargo:rustc-env=CHITIN_HELLO_WASM={}", paths[plugins.len()].display());
+    let entries: String = plugins
+        .iter()
+        .zip(&paths)
+        .map(|((name, _), path)| format!("    ({name:?}, include_bytes!({:?})),\n", path.display().to_string()))
+        .collect();
+    let code = format!(
+        "/// First-party plugins compiled into the binary: (name, component bytes).\npub static BUILTIN_PLUGINS: &[(&str, &[u8])] = &[\n{entries}];\n"
+    );
+    let out = std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("builtin_plugins.rs");
+    std::fs::write(&out, code).expect("writing builtin_plugins.rs");
+    println!("cargo:rerun-if-changed=build.rs");
+}

@@ -1,0 +1,73 @@
+//! Assembles a ready host from the config: runtime, plugins, tool registry.
+//! The CLI, the tests and the benchmarks all start here, so they exercise the
+//! same path.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::{Config, ConfigError, DataDir};
+use crate::plugins::{PluginCatalog, PluginError, PluginRuntime, RuntimeConfig};
+use crate::tools::{ToolError, ToolRegistry};
+
+/// What to open beyond the config file.
+#[derive(Debug, Clone, Default)]
+pub struct AppOptions {
+    /// Use this config file instead of `<data dir>/config.toml`.
+    pub config_file: Option<PathBuf>,
+    /// Use this workspace instead of the configured one.
+    pub workspace: Option<PathBuf>,
+    /// Plugin files to load in addition to the built-in and installed ones.
+    pub extra_plugins: Vec<PathBuf>,
+}
+
+/// Why the host could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The config is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A plugin could not be loaded.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// The tools of two plugins clash.
+    #[error(transparent)]
+    Tool(#[from] ToolError),
+    /// The workspace directory could not be created.
+    #[error("cannot create workspace {path}: {source}")]
+    Workspace { path: PathBuf, source: std::io::Error },
+}
+
+/// A ready host.
+pub struct App {
+    /// The data dir.
+    pub data: DataDir,
+    /// The config in force.
+    pub config: Config,
+    /// The workspace plugins see.
+    pub workspace: PathBuf,
+    /// The plugin runtime.
+    pub runtime: Arc<PluginRuntime>,
+    /// The loaded plugins.
+    pub catalog: PluginCatalog,
+    /// All their tools.
+    pub tools: ToolRegistry,
+}
+
+impl App {
+    /// Opens the host in `data` with `options`.
+    pub fn open(data: DataDir, options: AppOptions) -> Result<App, AppError> {
+        let config_file = options.config_file.clone().unwrap_or_else(|| data.config_file());
+        let config = Config::load(&config_file)?;
+        let workspace = options.workspace.clone().unwrap_or_else(|| config.workspace_dir(&data));
+        std::fs::create_dir_all(&workspace).map_err(|source| AppError::Workspace { path: workspace.clone(), source })?;
+        let workspace = workspace.canonicalize().map_err(|source| AppError::Workspace { path: workspace.clone(), source })?;
+        let runtime = Arc::new(PluginRuntime::new(RuntimeConfig {
+            workspace: workspace.clone(),
+            cache_dir: Some(data.cache_dir()),
+            limits: config.limits.clone(),
+        })?);
+        let catalog = PluginCatalog::load(&runtime, &config.plugins, Some(&data.plugins_dir()), &options.extra_plugins)?;
+        let tools = ToolRegistry::new(runtime.clone(), &catalog)?;
+        Ok(App { data, config, workspace, runtime, catalog, tools })
+    }
+}

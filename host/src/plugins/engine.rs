@@ -1,0 +1,97 @@
+//! The one wasmtime `Engine` of the process, and its epoch ticker.
+//!
+//! Configuration choices and why:
+//! - **Pooling allocator**: instance, memory and table slots are reserved up
+//!   front, so a fresh instance per call costs microseconds, not an mmap.
+//! - **Epoch interruption**: a ticker bumps the epoch every [`TICK`]; each store
+//!   checks its wall-clock deadline at every tick (see `sandbox`), yields to
+//!   tokio in between, and traps once past it. Fuel would be deterministic but
+//!   is not a time budget.
+//! - **No GC, threads or component-model-async**: our guests are p2 components;
+//!   leaving the features off keeps the build and the attack surface small.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::PluginError;
+use super::limits::Limits;
+
+/// Epoch tick: the resolution of call deadlines.
+pub const TICK: Duration = Duration::from_millis(10);
+
+/// Wasm stack a call may use before it traps with a stack overflow.
+const MAX_WASM_STACK: usize = 1 << 20;
+
+/// Host stack for each async call; must exceed [`MAX_WASM_STACK`] plus what
+/// host functions need.
+const ASYNC_STACK: usize = 4 << 20;
+
+/// Core instances in one component: a Rust component has a handful, a
+/// componentize-js one a few dozen.
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 64;
+
+/// Builds the engine for `limits`.
+pub fn build_engine(limits: &Limits) -> Result<Engine, PluginError> {
+    let slots = limits.max_concurrent_calls.max(1);
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(slots)
+        .total_core_instances(slots * MAX_CORE_INSTANCES_PER_COMPONENT)
+        .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
+        .total_memories(slots * 4)
+        .max_memories_per_component(4)
+        .total_tables(slots * limits.max_tables.max(1))
+        .max_tables_per_component(limits.max_tables.max(1))
+        .table_elements(limits.max_table_elements as usize)
+        .total_stacks(slots)
+        .max_memory_size(limits.memory_bytes());
+
+    let mut config = Config::new();
+    config
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+        .epoch_interruption(true)
+        .max_wasm_stack(MAX_WASM_STACK)
+        .async_stack_size(ASYNC_STACK)
+        .wasm_component_model(true);
+    Engine::new(&config).map_err(|e| PluginError::Engine(format!("{e:#}")))
+}
+
+/// Bumps the engine's epoch every [`TICK`] until dropped.
+pub struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    /// Starts the ticker thread.
+    pub fn start(engine: &Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let engine = engine.weak();
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("chitin-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(TICK);
+                    match engine.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .expect("spawning the epoch ticker thread");
+        EpochTicker { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

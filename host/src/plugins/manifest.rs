@@ -1,0 +1,278 @@
+//! The plugin manifest: what a component says it offers and asks for.
+//!
+//! The manifest is JSON in a custom section named [`SECTION_NAME`]. It is read
+//! with a parser pass over the binary, so nothing of the plugin runs before the
+//! host has validated it. The format is documented in `wit/README.md`.
+//!
+//! This module owns parsing, validation and packing (embedding a manifest into
+//! a component built in any language). It does not decide grants: a manifest
+//! only *asks*; see [`super::grants`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use wasmparser::{Parser, Payload};
+
+/// Name of the custom section that carries the manifest.
+pub const SECTION_NAME: &str = "chitin:manifest";
+
+/// The manifest format version this host understands.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// Longest plugin or tool name; OpenAI-compatible APIs cap function names at 64.
+const MAX_NAME_LEN: usize = 64;
+
+/// A plugin's self-description.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Format version; must equal [`MANIFEST_VERSION`].
+    pub manifest_version: u32,
+    /// Plugin name, also the key of `[plugins.<name>]` in the config.
+    pub name: String,
+    /// The plugin's own version.
+    pub version: String,
+    /// One line for humans.
+    #[serde(default)]
+    pub description: String,
+    /// The tools the plugin exports through `chitin:plugin/tool.invoke`.
+    pub tools: Vec<ToolSpec>,
+    /// What the plugin asks to be granted.
+    #[serde(default)]
+    pub capabilities: Capabilities,
+}
+
+/// One tool as the model will see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSpec {
+    /// Function name given to the model.
+    pub name: String,
+    /// What the tool does, for the model.
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: Value,
+    /// The tool changes nothing; its result only informs.
+    #[serde(default)]
+    pub read_only: bool,
+    /// The tool may run in parallel with other concurrency-safe calls.
+    #[serde(default)]
+    pub concurrency_safe: bool,
+}
+
+/// Capabilities a plugin asks for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    /// Access to the agent's workspace directory.
+    #[serde(default)]
+    pub workspace: WorkspaceAccess,
+    /// Hosts (`host` or `host:port`) reachable through `wasi:http`.
+    #[serde(default)]
+    pub network: Vec<String>,
+    /// Privileged host interfaces. None exist in `chitin:plugin@0.1.0`.
+    #[serde(default)]
+    pub host: Vec<String>,
+}
+
+/// How much of the workspace a plugin may touch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkspaceAccess {
+    /// The plugin sees no filesystem at all.
+    #[default]
+    None,
+    /// The workspace is preopened read-only.
+    Read,
+    /// The workspace is preopened read-write.
+    ReadWrite,
+}
+
+impl WorkspaceAccess {
+    /// The config spelling of this access level.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkspaceAccess::None => "none",
+            WorkspaceAccess::Read => "read",
+            WorkspaceAccess::ReadWrite => "read-write",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkspaceAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A manifest that could not be read or is not acceptable. `field` names the
+/// offending part (`tools[2].parameters`), so the plugin author knows where to look.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("invalid plugin manifest: {field}: {message}")]
+pub struct ManifestError {
+    /// Path of the offending field, or `section` for the container itself.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl ManifestError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ManifestError { field: field.into(), message: message.into() }
+    }
+}
+
+impl Manifest {
+    /// Parses manifest JSON and validates it.
+    pub fn from_json(text: &[u8]) -> Result<Manifest, ManifestError> {
+        let manifest: Manifest = serde_json::from_slice(text)
+            .map_err(|e| ManifestError::new(json_error_field(&e), e.to_string()))?;
+        manifest.validate()?;
+        Ok(manifest)
+    }
+
+    /// Reads the manifest embedded in a component without compiling it.
+    pub fn from_component(bytes: &[u8]) -> Result<Manifest, ManifestError> {
+        let section = find_section(bytes)?
+            .ok_or_else(|| ManifestError::new("section", format!("the component has no `{SECTION_NAME}` custom section; embed one with `chitin plugin pack`")))?;
+        Manifest::from_json(section)
+    }
+
+    /// Checks every rule of `wit/README.md`; the first violation is returned.
+    pub fn validate(&self) -> Result<(), ManifestError> {
+        if self.manifest_version != MANIFEST_VERSION {
+            return Err(ManifestError::new(
+                "manifest_version",
+                format!("{} is not supported (this host reads version {MANIFEST_VERSION})", self.manifest_version),
+            ));
+        }
+        check_name("name", &self.name, |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-', |c| c.is_ascii_lowercase())?;
+        if self.version.trim().is_empty() {
+            return Err(ManifestError::new("version", "must not be empty"));
+        }
+        if self.tools.is_empty() {
+            return Err(ManifestError::new("tools", "a plugin must export at least one tool"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, tool) in self.tools.iter().enumerate() {
+            let field = format!("tools[{i}]");
+            check_name(&format!("{field}.name"), &tool.name, |c| c.is_ascii_alphanumeric() || c == '_' || c == '-', |c| c.is_ascii_alphabetic())?;
+            if !seen.insert(tool.name.as_str()) {
+                return Err(ManifestError::new(format!("{field}.name"), format!("duplicate tool name `{}`", tool.name)));
+            }
+            check_parameters(&format!("{field}.parameters"), &tool.parameters)?;
+        }
+        for (i, host) in self.capabilities.network.iter().enumerate() {
+            super::grants::HostPattern::parse(host)
+                .map_err(|e| ManifestError::new(format!("capabilities.network[{i}]"), e))?;
+        }
+        if let Some(name) = self.capabilities.host.first() {
+            return Err(ManifestError::new(
+                "capabilities.host[0]",
+                format!("unknown host interface `{name}` (chitin:plugin@0.1.0 has no privileged interfaces)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Finds a tool by name.
+    pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+fn check_name(
+    field: &str,
+    name: &str,
+    allowed: impl Fn(char) -> bool,
+    first: impl Fn(char) -> bool,
+) -> Result<(), ManifestError> {
+    let Some(head) = name.chars().next() else {
+        return Err(ManifestError::new(field, "must not be empty"));
+    };
+    if name.len() > MAX_NAME_LEN {
+        return Err(ManifestError::new(field, format!("`{name}` is longer than {MAX_NAME_LEN} characters")));
+    }
+    if !first(head) {
+        return Err(ManifestError::new(field, format!("`{name}` must start with a letter")));
+    }
+    if let Some(bad) = name.chars().find(|c| !allowed(*c)) {
+        return Err(ManifestError::new(field, format!("`{name}` contains `{bad}`")));
+    }
+    Ok(())
+}
+
+fn check_parameters(field: &str, schema: &Value) -> Result<(), ManifestError> {
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(ManifestError::new(field, "must be a JSON Schema with \"type\": \"object\""));
+    }
+    jsonschema::validator_for(schema)
+        .map(|_| ())
+        .map_err(|e| ManifestError::new(field, format!("schema does not compile: {e}")))
+}
+
+/// serde_json reports line/column, not a path; naming the whole manifest is
+/// the best we can do, but unknown/missing field messages already name it.
+fn json_error_field(_e: &serde_json::Error) -> &'static str {
+    "section"
+}
+
+/// Returns the manifest section's bytes: the top-level one if present,
+/// otherwise the first one nested in a core module.
+pub fn find_section(bytes: &[u8]) -> Result<Option<&[u8]>, ManifestError> {
+    let mut depth = 0usize;
+    let mut nested = None;
+    for payload in Parser::new(0).parse_all(bytes) {
+        let payload = payload.map_err(|e| ManifestError::new("section", format!("not a valid WebAssembly binary: {e}")))?;
+        match payload {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::CustomSection(reader) if reader.name() == SECTION_NAME => {
+                if depth == 0 {
+                    return Ok(Some(reader.data()));
+                }
+                nested.get_or_insert(reader.data());
+            }
+            _ => {}
+        }
+    }
+    Ok(nested)
+}
+
+/// True when `bytes` is a component rather than a core module.
+pub fn is_component(bytes: &[u8]) -> bool {
+    matches!(Parser::new(0).parse_all(bytes).next(), Some(Ok(Payload::Version { encoding: wasmparser::Encoding::Component, .. })))
+}
+
+/// Returns `component` with `manifest` as its top-level manifest section,
+/// replacing an earlier top-level one. The manifest is validated first.
+pub fn pack(component: &[u8], manifest: &Manifest) -> Result<Vec<u8>, ManifestError> {
+    manifest.validate()?;
+    if !is_component(component) {
+        return Err(ManifestError::new("section", "input is not a WebAssembly component (a core module must be turned into a component first, e.g. with `wasm-tools component new`)"));
+    }
+    let json = serde_json::to_vec(manifest).expect("a manifest always serializes");
+    let mut out = wasm_encoder::Component::new();
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(component) {
+        let payload = payload.map_err(|e| ManifestError::new("section", format!("not a valid WebAssembly binary: {e}")))?;
+        let top_level = depth == 0;
+        match &payload {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => {
+                depth = depth.saturating_sub(1);
+                continue;
+            }
+            Payload::Version { .. } => continue,
+            Payload::CustomSection(reader) if top_level && reader.name() == SECTION_NAME => continue,
+            _ => {}
+        }
+        if top_level {
+            if let Some((id, range)) = payload.as_section() {
+                out.section(&wasm_encoder::RawSection { id, data: &component[range] });
+            }
+        }
+    }
+    out.section(&wasm_encoder::CustomSection { name: SECTION_NAME.into(), data: json.into() });
+    Ok(out.finish())
+}

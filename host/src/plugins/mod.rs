@@ -1,0 +1,31 @@
+//! Plugins: untrusted WebAssembly components that provide tools.
+//!
+//! This module is the only one that knows wasmtime. Read it in this order:
+//! - [`manifest`]: what a component declares (read without running it);
+//! - [`grants`]: what the user's config lets it have;
+//! - [`limits`]: per-call resource caps;
+//! - [`engine`] and [`cache`]: the shared engine and compiled-component cache;
+//! - [`sandbox`] and [`http`]: the per-call store, WASI context and HTTP policy;
+//! - [`runtime`]: loading, preparing and calling;
+//! - [`catalog`]: the set of plugins a process runs with (built-in,
+//!   installed, given on the command line).
+
+pub mod bindings;
+pub mod cache;
+pub mod catalog;
+pub mod engine;
+mod error;
+pub mod grants;
+pub mod http;
+pub mod limits;
+pub mod manifest;
+pub mod runtime;
+pub mod sandbox;
+
+pub use catalog::{BUILTIN_PLUGINS, PluginCatalog};
+pub use error::{PluginError, ToolFailure};
+pub use grants::{Grant, GrantConfig};
+pub use limits::Limits;
+pub use manifest::{Manifest, ToolSpec, WorkspaceAccess};
+pub use runtime::{CallContext, LoadedPlugin, PluginRuntime, PluginSource, RuntimeConfig};
+pub use sandbox::ProgressSink;

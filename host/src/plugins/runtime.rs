@@ -1,0 +1,296 @@
+//! The plugin runtime: loads components, prepares them once, and runs every
+//! tool call in a fresh, sandboxed instance.
+//!
+//! Lifecycle, cheapest first:
+//! 1. [`PluginRuntime::load`] reads the manifest (a parser pass, no compile)
+//!    and resolves the grant. Startup with many plugins costs only this.
+//! 2. The first call to a plugin compiles it (or loads the cached artifact)
+//!    and links an `InstancePre`; both are kept for the process lifetime.
+//! 3. Every call: a new `Store` with its own WASI context, limits and
+//!    deadline; instantiate from the `InstancePre` (pooling: microseconds);
+//!    invoke; drop. Nothing survives to the next call.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use tokio::sync::Semaphore;
+use wasmtime::component::Linker;
+use wasmtime::{Engine, Store, Trap, UpdateDeadline};
+
+use super::bindings::{ToolPluginPre, WitCallContext, WitToolError};
+use super::cache::{ComponentCache, ContentHash, content_hash};
+use super::engine::{EpochTicker, TICK, build_engine};
+use super::grants::{Grant, GrantConfig};
+use super::limits::Limits;
+use super::manifest::Manifest;
+use super::sandbox::{self, ProgressSink, StoreState};
+use super::{PluginError, ToolFailure};
+
+/// Where a plugin came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginSource {
+    /// Compiled into the `chitin` binary (first-party).
+    Builtin,
+    /// A `.wasm` file.
+    File(PathBuf),
+}
+
+impl std::fmt::Display for PluginSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PluginSource::Builtin => f.write_str("built-in"),
+            PluginSource::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// Identifies the conversation a call belongs to (the WIT `call-context`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallContext {
+    /// `{channel}:{chat_id}` or an override.
+    pub session_key: String,
+    /// Channel name.
+    pub channel: String,
+    /// Chat id on the channel.
+    pub chat_id: String,
+    /// The model's tool-call id.
+    pub call_id: String,
+}
+
+/// A loaded plugin: manifest, grant, and its compiled form once needed.
+pub struct LoadedPlugin {
+    /// The validated manifest.
+    pub manifest: Manifest,
+    /// Where it was loaded from.
+    pub source: PluginSource,
+    /// What it may do.
+    pub grant: Grant,
+    /// Capabilities it asked for and did not get, one note each.
+    pub grant_notes: Vec<String>,
+    name: Arc<str>,
+    hash: ContentHash,
+    bytes: Arc<[u8]>,
+    prepared: OnceLock<Result<ToolPluginPre<StoreState>, String>>,
+}
+
+impl LoadedPlugin {
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Size of the component in bytes.
+    pub fn size(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// Settings the runtime is built from.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// The directory preopened for plugins granted workspace access.
+    pub workspace: PathBuf,
+    /// Where compiled components are cached; `None` disables the cache.
+    pub cache_dir: Option<PathBuf>,
+    /// Per-call limits.
+    pub limits: Limits,
+}
+
+/// The engine, linker and cache shared by all plugins of a process. Cheap to
+/// share behind an `Arc`; all methods take `&self`.
+pub struct PluginRuntime {
+    engine: Engine,
+    linker: Linker<StoreState>,
+    cache: ComponentCache,
+    workspace: PathBuf,
+    limits: Limits,
+    slots: Semaphore,
+    _ticker: EpochTicker,
+}
+
+impl PluginRuntime {
+    /// Builds the engine and linker and starts the epoch ticker.
+    pub fn new(config: RuntimeConfig) -> Result<PluginRuntime, PluginError> {
+        let engine = build_engine(&config.limits)?;
+        let mut linker = Linker::new(&engine);
+        sandbox::add_to_linker(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        Ok(PluginRuntime {
+            cache: ComponentCache::new(&engine, config.cache_dir),
+            _ticker: EpochTicker::start(&engine),
+            slots: Semaphore::new(config.limits.max_concurrent_calls.max(1) as usize),
+            workspace: config.workspace,
+            limits: config.limits,
+            engine,
+            linker,
+        })
+    }
+
+    /// The workspace preopened for granted plugins.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// The per-call limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Reads and validates a plugin without compiling it.
+    pub fn load(&self, source: PluginSource, bytes: Arc<[u8]>, grants: &GrantConfig) -> Result<LoadedPlugin, PluginError> {
+        let manifest = Manifest::from_component(&bytes)
+            .map_err(|source_err| PluginError::Manifest { plugin: source.to_string(), source: source_err })?;
+        let (grant, grant_notes) = Grant::resolve(&manifest.name, &manifest.capabilities, grants);
+        Ok(LoadedPlugin {
+            name: manifest.name.as_str().into(),
+            hash: content_hash(&bytes),
+            manifest,
+            source,
+            grant,
+            grant_notes,
+            bytes,
+            prepared: OnceLock::new(),
+        })
+    }
+
+    /// Reads a plugin file and loads it.
+    pub fn load_file(&self, path: &Path, grants: impl FnOnce(&str) -> GrantConfig) -> Result<LoadedPlugin, PluginError> {
+        let bytes = std::fs::read(path).map_err(|source| PluginError::Io { path: path.to_path_buf(), source })?;
+        let name = Manifest::from_component(&bytes).map(|m| m.name).unwrap_or_default();
+        self.load(PluginSource::File(path.to_path_buf()), bytes.into(), &grants(&name))
+    }
+
+    /// Compiles (or loads from cache) and links `plugin`, once. Calls do this
+    /// on demand; callers that want it off the call path invoke it up front.
+    pub fn prepare(&self, plugin: &LoadedPlugin) -> Result<(), PluginError> {
+        self.prepared(plugin).map(|_| ())
+    }
+
+    fn prepared<'a>(&self, plugin: &'a LoadedPlugin) -> Result<&'a ToolPluginPre<StoreState>, PluginError> {
+        let prepared = plugin.prepared.get_or_init(|| {
+            let started = Instant::now();
+            let (component, hit) = self
+                .cache
+                .load(&self.engine, &plugin.name, &plugin.hash, &plugin.bytes)
+                .map_err(|e| e.to_string())?;
+            let pre = self
+                .linker
+                .instantiate_pre(&component)
+                .and_then(ToolPluginPre::new)
+                .map_err(|e| PluginError::Link { plugin: plugin.name.to_string(), message: format!("{e:#}") }.to_string())?;
+            tracing::debug!(plugin = %plugin.name, cache_hit = hit, ms = started.elapsed().as_secs_f64() * 1e3, "plugin prepared");
+            Ok(pre)
+        });
+        prepared.as_ref().map_err(|message| PluginError::Link { plugin: plugin.name.to_string(), message: message.clone() })
+    }
+
+    /// Runs `tool` of `plugin` with `args_json` in a fresh sandbox. The
+    /// arguments must already be validated (see `tools::ToolRegistry`).
+    pub async fn call(
+        &self,
+        plugin: &LoadedPlugin,
+        tool: &str,
+        args_json: &str,
+        ctx: &CallContext,
+        progress: Option<ProgressSink>,
+    ) -> Result<String, PluginError> {
+        let pre = self.prepared(plugin)?;
+        let _slot = self.slots.acquire().await.expect("the call semaphore is never closed");
+        let state = StoreState::new(&plugin.name, &plugin.grant, &self.workspace, &self.limits, progress)?;
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let timeout = self.limits.timeout();
+        let deadline = Instant::now() + timeout;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            Ok(if Instant::now() >= deadline { UpdateDeadline::Interrupt } else { UpdateDeadline::Yield(1) })
+        });
+        let wit_ctx = WitCallContext {
+            session_key: ctx.session_key.clone(),
+            channel: ctx.channel.clone(),
+            chat_id: ctx.chat_id.clone(),
+            call_id: ctx.call_id.clone(),
+        };
+        // Host calls (a sleeping guest, a slow HTTP response) do not advance
+        // epochs, so the whole call also runs under a wall-clock timeout.
+        let run = async {
+            let instance = pre.instantiate_async(&mut store).await?;
+            instance.chitin_plugin_tool().call_invoke(&mut store, tool, args_json, &wit_ctx).await
+        };
+        let outcome = tokio::time::timeout(timeout + TICK, run).await;
+        let failure = |kind: Failure| kind.into_error(&plugin.name, tool, &self.limits);
+        match outcome {
+            Err(_elapsed) => Err(failure(Failure::Timeout)),
+            Ok(Err(trap)) => Err(failure(classify(&trap, store.data()))),
+            Ok(Ok(Err(tool_error))) => Err(guest_error(tool_error)),
+            Ok(Ok(Ok(text))) if text.len() > self.limits.max_output_bytes() => Err(failure(Failure::OutputTooLarge(text.len()))),
+            Ok(Ok(Ok(text))) => Ok(text),
+        }
+    }
+}
+
+/// Why a call failed, before it is worded.
+enum Failure {
+    Timeout,
+    OutOfMemory,
+    StackOverflow,
+    Panicked(String),
+    Trap(String),
+    OutputTooLarge(usize),
+}
+
+impl Failure {
+    fn into_error(self, plugin: &str, tool: &str, limits: &Limits) -> PluginError {
+        let (plugin, tool) = (plugin.to_string(), tool.to_string());
+        match self {
+            Failure::Timeout => PluginError::Timeout { plugin, tool, limit_ms: limits.timeout_ms },
+            Failure::OutOfMemory => PluginError::OutOfMemory { plugin, tool, limit_mb: limits.memory_mb },
+            Failure::StackOverflow => PluginError::StackOverflow { plugin, tool },
+            Failure::Panicked(message) => PluginError::Panicked { plugin, tool, message },
+            Failure::Trap(message) => PluginError::Trap { plugin, tool, message },
+            Failure::OutputTooLarge(size) => PluginError::OutputTooLarge { plugin, tool, size, limit: limits.max_output_bytes() },
+        }
+    }
+}
+
+/// Names the cause of a trap from the trap code, the limiter's record and
+/// what the guest printed to stderr before dying.
+fn classify(error: &wasmtime::Error, state: &StoreState) -> Failure {
+    if state.limiter.memory_exhausted {
+        return Failure::OutOfMemory;
+    }
+    let stderr = state.stderr.text();
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => Failure::Timeout,
+        Some(Trap::StackOverflow) => Failure::StackOverflow,
+        _ if stderr.contains("memory allocation of") => Failure::OutOfMemory,
+        _ if stderr.contains("panicked") => Failure::Panicked(panic_message(&stderr)),
+        Some(trap) => Failure::Trap(with_stderr(trap.to_string(), &stderr)),
+        None => Failure::Trap(with_stderr(format!("{error:#}"), &stderr)),
+    }
+}
+
+/// The lines of a Rust panic report after "panicked at ...".
+fn panic_message(stderr: &str) -> String {
+    let report = &stderr[stderr.find("panicked").unwrap_or(0)..];
+    let mut lines = report.lines();
+    let location = lines.next().unwrap_or_default().trim_start_matches("panicked at ").trim_end_matches(':');
+    let message: Vec<&str> = lines.take_while(|l| !l.starts_with("note:")).collect();
+    let message = message.join("\n");
+    if message.trim().is_empty() { location.to_string() } else { format!("{} (at {location})", message.trim()) }
+}
+
+fn with_stderr(message: String, stderr: &str) -> String {
+    let tail = stderr.trim();
+    if tail.is_empty() { message } else { format!("{message}; stderr: {}", tail.chars().take(500).collect::<String>()) }
+}
+
+fn guest_error(error: WitToolError) -> PluginError {
+    let (kind, message) = match error {
+        WitToolError::UnknownTool(m) => (ToolFailure::UnknownTool, m),
+        WitToolError::InvalidArgs(m) => (ToolFailure::InvalidArgs, m),
+        WitToolError::Failed(m) => (ToolFailure::Failed, m),
+        WitToolError::Denied(m) => (ToolFailure::Denied, m),
+    };
+    PluginError::Tool { kind, message }
+}

@@ -1,0 +1,119 @@
+//! LLM providers behind one trait.
+//!
+//! A provider never fails with `Err` or panics on an API problem: it returns
+//! a [`ChatResponse`] whose `finish_reason` is [`FinishReason::Error`] and
+//! whose `error` says what happened (status, retryable or not, message). The
+//! runner decides what the user sees. Retries with backoff happen inside the
+//! provider (spec §9), never after streamed text reached the user.
+
+pub mod openai;
+mod retry;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::session::{Message, ToolCall};
+
+pub use openai::OpenAiProvider;
+pub use retry::RetryPolicy;
+
+/// One chat-completions request.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    /// Model name.
+    pub model: String,
+    /// The conversation, system prompt first.
+    pub messages: Vec<Message>,
+    /// Function definitions; empty means a request without tools.
+    pub tools: Arc<[Value]>,
+    /// Completion token cap.
+    pub max_tokens: u32,
+    /// Sampling temperature, when set.
+    pub temperature: Option<f32>,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A complete answer.
+    Stop,
+    /// The model wants tools run.
+    ToolCalls,
+    /// The completion hit `max_tokens`.
+    Length,
+    /// The request failed; see `ChatResponse::error`.
+    Error,
+    /// Anything else the API reported (`content_filter`, ...).
+    Other(String),
+}
+
+/// Token counts reported by the API.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+    }
+}
+
+/// What went wrong with a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ProviderError {
+    /// HTTP status, when there was a response.
+    pub status: Option<u16>,
+    /// Whether a retry could help (it was already retried if so).
+    pub retryable: bool,
+    /// A message for the user: what happened and what to do.
+    pub message: String,
+}
+
+/// The model's answer.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChatResponse {
+    /// Answer text.
+    pub content: Option<String>,
+    /// Requested tool calls.
+    pub tool_calls: Vec<ToolCall>,
+    /// Why it stopped.
+    pub finish_reason: Option<FinishReason>,
+    /// Token use.
+    pub usage: Usage,
+    /// Set when `finish_reason` is `Error`.
+    pub error: Option<ProviderError>,
+}
+
+impl ChatResponse {
+    /// An error response.
+    pub fn failed(error: ProviderError) -> Self {
+        ChatResponse { finish_reason: Some(FinishReason::Error), error: Some(error), ..Default::default() }
+    }
+
+    /// True when the request failed.
+    pub fn is_error(&self) -> bool {
+        self.finish_reason == Some(FinishReason::Error)
+    }
+}
+
+/// Receives streamed text as it arrives.
+pub type StreamSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A chat-completions API.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    /// Sends `request`; streams text deltas to `stream` when given.
+    async fn chat(&self, request: &ChatRequest, stream: Option<StreamSink>) -> ChatResponse;
+
+    /// A short name for status output (`openai`, `anthropic`).
+    fn name(&self) -> &str;
+}

@@ -1,0 +1,134 @@
+//! One chat message, in the OpenAI chat-completions shape, plus host-side
+//! annotations.
+//!
+//! The same struct is persisted (one JSON line per message) and sent to the
+//! provider. Annotations live in `meta`; keys starting with `_` are internal
+//! (`_command` marks a slash command and its reply, never replayed to the
+//! model) and [`Message::for_provider`] strips them with the rest of `meta`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions from the host.
+    System,
+    /// The human (or an injected internal message).
+    User,
+    /// The model.
+    Assistant,
+    /// A tool's result.
+    Tool,
+}
+
+/// A tool call requested by the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The model's id for this call; the matching result carries it.
+    pub id: String,
+    /// Always `"function"`.
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    /// What to call.
+    pub function: FunctionCall,
+}
+
+fn function_kind() -> String {
+    "function".into()
+}
+
+/// Name and raw arguments of a tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    /// Tool name, as the model wrote it.
+    pub name: String,
+    /// Arguments as the model wrote them: usually a JSON object in a string.
+    #[serde(default)]
+    pub arguments: String,
+}
+
+impl ToolCall {
+    /// A function call.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        ToolCall { id: id.into(), kind: function_kind(), function: FunctionCall { name: name.into(), arguments: arguments.into() } }
+    }
+}
+
+/// One message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Author.
+    pub role: Role,
+    /// Text; `None` for an assistant message that only calls tools.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// Tool calls of an assistant message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a tool result: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// For a tool result: the tool's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Host annotations: `timestamp`, `media`, `_command`, ...
+    #[serde(flatten)]
+    pub meta: Map<String, Value>,
+}
+
+/// Marks a slash command and its reply: persisted, never replayed.
+pub const COMMAND_MARKER: &str = "_command";
+
+impl Message {
+    fn new(role: Role, content: Option<String>) -> Self {
+        Message { role, content, tool_calls: Vec::new(), tool_call_id: None, name: None, meta: Map::new() }
+    }
+
+    /// A system message.
+    pub fn system(text: impl Into<String>) -> Self {
+        Message::new(Role::System, Some(text.into()))
+    }
+
+    /// A user message.
+    pub fn user(text: impl Into<String>) -> Self {
+        Message::new(Role::User, Some(text.into()))
+    }
+
+    /// An assistant text message.
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Message::new(Role::Assistant, Some(text.into()))
+    }
+
+    /// An assistant message calling tools (with optional text).
+    pub fn assistant_calls(text: Option<String>, calls: Vec<ToolCall>) -> Self {
+        Message { tool_calls: calls, ..Message::new(Role::Assistant, text) }
+    }
+
+    /// A tool result.
+    pub fn tool_result(call_id: impl Into<String>, name: impl Into<String>, text: impl Into<String>) -> Self {
+        Message { tool_call_id: Some(call_id.into()), name: Some(name.into()), ..Message::new(Role::Tool, Some(text.into())) }
+    }
+
+    /// Adds an annotation.
+    pub fn with_meta(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.meta.insert(key.to_string(), value.into());
+        self
+    }
+
+    /// The text, or `""`.
+    pub fn text(&self) -> &str {
+        self.content.as_deref().unwrap_or_default()
+    }
+
+    /// True for a slash command or its reply.
+    pub fn is_command(&self) -> bool {
+        self.meta.contains_key(COMMAND_MARKER)
+    }
+
+    /// The message as the provider should see it: annotations removed.
+    pub fn for_provider(&self) -> Message {
+        Message { meta: Map::new(), ..self.clone() }
+    }
+}

@@ -1,0 +1,14 @@
+//! Sessions: the persisted conversation of one chat (spec §6).
+//!
+//! - [`message`]: the message shape shared with providers;
+//! - [`session`]: `Session` and the history rules;
+//! - [`store`]: the `SessionStore` trait and the embedded JSONL store.
+
+mod message;
+#[allow(clippy::module_inception)]
+mod session;
+mod store;
+
+pub use message::{COMMAND_MARKER, FunctionCall, Message, Role, ToolCall};
+pub use session::{MIN_RECENT_MESSAGES, PENDING_USER_TURN, RUNTIME_CHECKPOINT, Session};
+pub use store::{JsonlStore, METADATA_RECORDS_BEFORE_REWRITE, SessionError, SessionStore, decode_key, encode_key};

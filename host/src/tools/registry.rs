@@ -1,0 +1,228 @@
+//! `ToolRegistry`: name lookup, argument repair and JSON Schema validation in
+//! front of the plugin runtime.
+//!
+//! `prepare_call` is deliberately forgiving of how models send arguments and
+//! strict about what reaches a plugin: every problem it finds goes back to the
+//! model in one message, so the model can fix all of them in one retry.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::{Value, json};
+
+use super::cast::cast;
+use crate::plugins::{CallContext, LoadedPlugin, PluginCatalog, PluginError, PluginRuntime, ProgressSink, ToolSpec};
+
+/// Why a tool call did not produce a result. Its text is written for the
+/// model: it says what went wrong and how to do better.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// No tool has this name.
+    #[error("unknown tool `{name}`.{} Available tools: {}", suggestion.as_ref().map(|s| format!(" Did you mean `{s}`?")).unwrap_or_default(), available.join(", "))]
+    NotFound { name: String, suggestion: Option<String>, available: Vec<String> },
+    /// The arguments are not a JSON object or do not fit the schema.
+    #[error("invalid arguments for `{tool}`: {}", problems.join("; "))]
+    InvalidArguments { tool: String, problems: Vec<String> },
+    /// The plugin failed, trapped, timed out, or returned its own error.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// Two plugins export the same tool name.
+    #[error("tool `{tool}` is defined by both {first} and {second}")]
+    Duplicate { tool: String, first: String, second: String },
+}
+
+/// A call whose tool exists and whose arguments passed validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedCall {
+    /// The tool's name.
+    pub tool: String,
+    /// The repaired, validated arguments (a JSON object).
+    pub args: Value,
+}
+
+struct Entry {
+    spec: ToolSpec,
+    plugin: Arc<LoadedPlugin>,
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
+}
+
+/// All tools of all loaded plugins. Cheap to clone (shared inside).
+#[derive(Clone)]
+pub struct ToolRegistry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    runtime: Arc<PluginRuntime>,
+    tools: BTreeMap<String, Entry>,
+    /// OpenAI-style function definitions, sorted by name and built once, so
+    /// the prompt prefix stays byte-identical for provider prompt caching.
+    definitions: Vec<Value>,
+}
+
+impl ToolRegistry {
+    /// Registers every tool of every plugin in `catalog`.
+    pub fn new(runtime: Arc<PluginRuntime>, catalog: &PluginCatalog) -> Result<ToolRegistry, ToolError> {
+        let mut tools: BTreeMap<String, Entry> = BTreeMap::new();
+        for plugin in catalog.iter() {
+            for spec in &plugin.manifest.tools {
+                if let Some(existing) = tools.get(&spec.name) {
+                    return Err(ToolError::Duplicate {
+                        tool: spec.name.clone(),
+                        first: format!("plugin {}", existing.plugin.name()),
+                        second: format!("plugin {}", plugin.name()),
+                    });
+                }
+                let entry = Entry { spec: spec.clone(), plugin: plugin.clone(), validator: OnceLock::new() };
+                tools.insert(spec.name.clone(), entry);
+            }
+        }
+        let definitions = tools.values().map(|e| definition(&e.spec)).collect();
+        Ok(ToolRegistry { inner: Arc::new(Inner { runtime, tools, definitions }) })
+    }
+
+    /// Function definitions for the model, sorted by name.
+    pub fn definitions(&self) -> &[Value] {
+        &self.inner.definitions
+    }
+
+    /// Tool names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.inner.tools.keys().map(String::as_str)
+    }
+
+    /// A tool's manifest entry.
+    pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
+        self.inner.tools.get(name).map(|e| &e.spec)
+    }
+
+    /// The plugin that provides `name`.
+    pub fn plugin_of(&self, name: &str) -> Option<&Arc<LoadedPlugin>> {
+        self.inner.tools.get(name).map(|e| &e.plugin)
+    }
+
+    /// True when `name` may run in parallel with other such calls.
+    pub fn is_concurrency_safe(&self, name: &str) -> bool {
+        self.spec(name).is_some_and(|s| s.concurrency_safe)
+    }
+
+    /// Looks the tool up and repairs and validates `raw_args`: a JSON string
+    /// is parsed, a lone `{"arguments": ...}` wrapper is unwrapped, values are
+    /// cast toward the schema, then the schema is checked.
+    pub fn prepare_call(&self, name: &str, raw_args: &Value) -> Result<PreparedCall, ToolError> {
+        let entry = self.inner.tools.get(name).ok_or_else(|| self.not_found(name))?;
+        let invalid = |problems: Vec<String>| ToolError::InvalidArguments { tool: name.to_string(), problems };
+        let mut args = match raw_args {
+            Value::String(text) if text.trim().is_empty() => json!({}),
+            Value::String(text) => serde_json::from_str(text)
+                .map_err(|e| invalid(vec![format!("arguments are not valid JSON ({e})")]))?,
+            Value::Null => json!({}),
+            other => other.clone(),
+        };
+        args = unwrap_arguments(args);
+        if !args.is_object() {
+            return Err(invalid(vec![format!("arguments must be a JSON object, got {}", kind(&args))]));
+        }
+        cast(&mut args, &entry.spec.parameters);
+        let validator = entry
+            .validator
+            .get_or_init(|| jsonschema::validator_for(&entry.spec.parameters).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| invalid(vec![format!("the tool's schema is broken: {e}")]))?;
+        let problems: Vec<String> = validator
+            .iter_errors(&args)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() { e.to_string() } else { format!("at {at}: {e}") }
+            })
+            .collect();
+        if problems.is_empty() { Ok(PreparedCall { tool: name.to_string(), args }) } else { Err(invalid(problems)) }
+    }
+
+    /// Runs a prepared call in the plugin's sandbox.
+    pub async fn execute(&self, call: &PreparedCall, ctx: &CallContext, progress: Option<ProgressSink>) -> Result<String, ToolError> {
+        let entry = self.inner.tools.get(&call.tool).ok_or_else(|| self.not_found(&call.tool))?;
+        let args = serde_json::to_string(&call.args).expect("a JSON value always serializes");
+        Ok(self.inner.runtime.call(&entry.plugin, &call.tool, &args, ctx, progress).await?)
+    }
+
+    /// `prepare_call` then `execute`.
+    pub async fn call(&self, name: &str, raw_args: &Value, ctx: &CallContext, progress: Option<ProgressSink>) -> Result<String, ToolError> {
+        let call = self.prepare_call(name, raw_args)?;
+        self.execute(&call, ctx, progress).await
+    }
+
+    fn not_found(&self, name: &str) -> ToolError {
+        let available: Vec<String> = self.inner.tools.keys().cloned().collect();
+        ToolError::NotFound { name: name.to_string(), suggestion: closest(name, &available), available }
+    }
+}
+
+/// The one close name, if exactly one is close: two candidates would be a
+/// guess, and a wrong guess costs the model a turn.
+fn closest(name: &str, candidates: &[String]) -> Option<String> {
+    let lower = name.to_ascii_lowercase();
+    let close: Vec<&String> = candidates
+        .iter()
+        .filter(|c| {
+            let c = c.to_ascii_lowercase();
+            strsim::damerau_levenshtein(&lower, &c) <= 2.max(lower.len() / 4) || c.contains(&lower) || lower.contains(&c)
+        })
+        .collect();
+    match close.as_slice() {
+        [one] => Some((*one).clone()),
+        _ => None,
+    }
+}
+
+/// `{"arguments": {...}}` with nothing else is a wrapper some models add.
+fn unwrap_arguments(args: Value) -> Value {
+    match args {
+        Value::Object(mut map) if map.len() == 1 && map.contains_key("arguments") => {
+            match map.remove("arguments").expect("checked above") {
+                Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+                inner => inner,
+            }
+        }
+        other => other,
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn definition(spec: &ToolSpec) -> Value {
+    json!({
+        "type": "function",
+        "function": { "name": spec.name, "description": spec.description, "parameters": spec.parameters }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggests_only_a_single_close_name() {
+        let names: Vec<String> = ["read_file", "write_file", "list_dir", "grep"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(closest("read_fle", &names).as_deref(), Some("read_file"));
+        assert_eq!(closest("listdir", &names).as_deref(), Some("list_dir"));
+        assert_eq!(closest("xyz_file", &names), None, "ambiguous or far: no guess");
+        assert_eq!(closest("deploy", &names), None);
+    }
+
+    #[test]
+    fn unwraps_a_lone_arguments_key() {
+        assert_eq!(unwrap_arguments(json!({"arguments": {"a": 1}})), json!({"a": 1}));
+        assert_eq!(unwrap_arguments(json!({"arguments": "{\"a\":1}"})), json!({"a": 1}));
+        assert_eq!(unwrap_arguments(json!({"arguments": 1, "b": 2})), json!({"arguments": 1, "b": 2}));
+    }
+}

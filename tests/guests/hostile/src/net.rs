@@ -1,0 +1,199 @@
+//! What the plugin can reach over the network: raw sockets (never granted)
+//! and `wasi:http` (granted hosts only).
+
+use std::net::{SocketAddr, TcpStream};
+
+use serde::Deserialize;
+use wasi::http::outgoing_handler;
+use wasi::http::types::{
+    ErrorCode as HttpError, Fields, IncomingResponse, Method, OutgoingRequest, Scheme,
+};
+use wasi::io::streams::StreamError;
+use wasi::sockets::instance_network::instance_network;
+use wasi::sockets::network::{
+    ErrorCode as SocketError, IpAddressFamily, IpSocketAddress, Ipv4SocketAddress,
+    Ipv6SocketAddress,
+};
+use wasi::sockets::tcp_create_socket::create_tcp_socket;
+
+use crate::ToolError;
+
+#[derive(Deserialize)]
+pub struct SocketArgs {
+    addr: String,
+}
+
+/// `open_socket {addr}`. Attacks "no sockets": tries `std::net` first, then
+/// raw `wasi:sockets/tcp` (in case std goes another way); either connecting
+/// is a breach. The error text carries both refusals.
+pub fn open_socket(args: SocketArgs) -> Result<String, ToolError> {
+    let std_err = match TcpStream::connect(&args.addr) {
+        Ok(_) => return Ok("connected (std::net)".to_string()),
+        Err(e) => format!("std::net: {e} (kind: {:?})", e.kind()),
+    };
+    let wasi_err = match args.addr.parse::<SocketAddr>() {
+        Ok(addr) => match wasi_connect(addr) {
+            Ok(()) => return Ok("connected (wasi:sockets)".to_string()),
+            Err(e) => format!("wasi:sockets: {e}"),
+        },
+        Err(e) => format!(
+            "wasi:sockets: not tried, {:?} is not ip:port ({e})",
+            args.addr
+        ),
+    };
+    Err(ToolError::Failed(format!("{std_err}; {wasi_err}")))
+}
+
+/// Connects with `wasi:sockets/tcp` directly and drops the connection.
+fn wasi_connect(addr: SocketAddr) -> Result<(), String> {
+    let family = if addr.is_ipv4() {
+        IpAddressFamily::Ipv4
+    } else {
+        IpAddressFamily::Ipv6
+    };
+    let network = instance_network();
+    let socket = create_tcp_socket(family).map_err(|e| format!("create-tcp-socket: {e:?}"))?;
+    socket
+        .start_connect(&network, wasi_address(addr))
+        .map_err(|e| format!("start-connect: {e:?}"))?;
+    let pollable = socket.subscribe();
+    loop {
+        pollable.block();
+        match socket.finish_connect() {
+            Err(SocketError::WouldBlock) => continue,
+            Err(e) => return Err(format!("finish-connect: {e:?}")),
+            // The streams are children of the socket: dropped here, first.
+            Ok((_input, _output)) => return Ok(()),
+        }
+    }
+}
+
+fn wasi_address(addr: SocketAddr) -> IpSocketAddress {
+    match addr {
+        SocketAddr::V4(v4) => {
+            let [a, b, c, d] = v4.ip().octets();
+            IpSocketAddress::Ipv4(Ipv4SocketAddress {
+                port: v4.port(),
+                address: (a, b, c, d),
+            })
+        }
+        SocketAddr::V6(v6) => {
+            let [a, b, c, d, e, f, g, h] = v6.ip().segments();
+            IpSocketAddress::Ipv6(Ipv6SocketAddress {
+                port: v6.port(),
+                flow_info: v6.flowinfo(),
+                address: (a, b, c, d, e, f, g, h),
+                scope_id: v6.scope_id(),
+            })
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct HttpArgs {
+    url: String,
+}
+
+/// `http_get {url}`. Attacks the network grant: only granted hosts may be
+/// reached, and a redirect must not lead elsewhere, so redirects are not
+/// followed: a 3xx returns `STATUS location=...`, anything else
+/// `STATUS\nBODY` with the body read to its end.
+pub fn http_get(args: HttpArgs) -> Result<String, ToolError> {
+    let request = build_get(&args.url)?;
+    let response = send(request).map_err(|e| http_error(&e))?;
+    let status = response.status();
+    if (300..400).contains(&status) {
+        let location = header(&response, "location").unwrap_or_default();
+        return Ok(format!("{status} location={location}"));
+    }
+    let body = read_body(&response)?;
+    Ok(format!("{status}\n{}", String::from_utf8_lossy(&body)))
+}
+
+fn http_error(code: &HttpError) -> ToolError {
+    ToolError::Failed(format!("http error: {code:?}"))
+}
+
+/// A GET request for `url` (`scheme://authority/path?query`), empty body.
+fn build_get(url: &str) -> Result<OutgoingRequest, ToolError> {
+    let invalid = |what: &str| ToolError::InvalidArgs(format!("{what} in url {url:?}"));
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid("no scheme"))?;
+    let rest = rest.split('#').next().unwrap_or_default();
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let path = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    };
+    let scheme = match scheme {
+        "http" => Scheme::Http,
+        "https" => Scheme::Https,
+        other => Scheme::Other(other.to_string()),
+    };
+
+    let request = OutgoingRequest::new(Fields::new());
+    request
+        .set_method(&Method::Get)
+        .map_err(|()| invalid("bad method"))?;
+    request
+        .set_scheme(Some(&scheme))
+        .map_err(|()| invalid("bad scheme"))?;
+    request
+        .set_authority(Some(authority))
+        .map_err(|()| invalid("bad authority"))?;
+    request
+        .set_path_with_query(Some(&path))
+        .map_err(|()| invalid("bad path"))?;
+    Ok(request)
+}
+
+/// Sends the request through `wasi:http/outgoing-handler` and waits for the
+/// response head.
+fn send(request: OutgoingRequest) -> Result<IncomingResponse, HttpError> {
+    let future = outgoing_handler::handle(request, None)?;
+    future.subscribe().block();
+    match future.get() {
+        Some(Ok(result)) => result,
+        Some(Err(())) => Err(HttpError::InternalError(Some(
+            "response already taken".to_string(),
+        ))),
+        None => Err(HttpError::InternalError(Some(
+            "response not ready after block".to_string(),
+        ))),
+    }
+}
+
+/// The first value of header `name`, as text.
+fn header(response: &IncomingResponse, name: &str) -> Option<String> {
+    let values = response.headers().get(name);
+    values
+        .first()
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// Reads the whole response body. The stream is a child of the body, which
+/// is a child of the response: they are dropped in that order.
+fn read_body(response: &IncomingResponse) -> Result<Vec<u8>, ToolError> {
+    let body = response
+        .consume()
+        .map_err(|()| ToolError::Failed("http error: body already taken".to_string()))?;
+    let stream = body
+        .stream()
+        .map_err(|()| ToolError::Failed("http error: body stream already taken".to_string()))?;
+    let mut bytes = Vec::new();
+    loop {
+        match stream.blocking_read(64 * 1024) {
+            Ok(chunk) => bytes.extend_from_slice(&chunk),
+            Err(StreamError::Closed) => break,
+            Err(StreamError::LastOperationFailed(e)) => {
+                let detail = wasi::http::types::http_error_code(&e)
+                    .map_or_else(|| e.to_debug_string(), |code| format!("{code:?}"));
+                return Err(ToolError::Failed(format!("http error: body: {detail}")));
+            }
+        }
+    }
+    Ok(bytes)
+}
