@@ -5,7 +5,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::agent::AgentCore;
+use crate::agent::context::ContextBuilder;
+use crate::agent::runner::{AgentHook, AgentRunner};
+use crate::bus::MessageBus;
 use crate::config::{Config, ConfigError, DataDir};
+use crate::provider::{OpenAiOptions, OpenAiProvider, Provider, RetryPolicy};
+use crate::session::JsonlStore;
 use crate::plugins::{PluginCatalog, PluginError, PluginRuntime, RuntimeConfig};
 use crate::tools::{ToolError, ToolRegistry};
 
@@ -32,6 +38,9 @@ pub enum AppError {
     /// The tools of two plugins clash.
     #[error(transparent)]
     Tool(#[from] ToolError),
+    /// The provider could not be set up.
+    #[error("provider `{name}`: {message}")]
+    Provider { name: String, message: String },
     /// The workspace directory could not be created.
     #[error("cannot create workspace {path}: {source}")]
     Workspace { path: PathBuf, source: std::io::Error },
@@ -69,5 +78,41 @@ impl App {
         let catalog = PluginCatalog::load(&runtime, &config.plugins, Some(&data.plugins_dir()), &options.extra_plugins)?;
         let tools = ToolRegistry::new(runtime.clone(), &catalog)?;
         Ok(App { data, config, workspace, runtime, catalog, tools })
+    }
+}
+
+impl App {
+    /// The provider `[agent] provider` names, from `[providers.<name>]`.
+    pub fn provider(&self) -> Result<Arc<dyn Provider>, AppError> {
+        let (name, config) = self.config.provider()?;
+        if config.api != "openai" {
+            return Err(AppError::Provider { name: name.into(), message: format!("api = \"{}\" is not supported (supported: \"openai\", any OpenAI-compatible endpoint)", config.api) });
+        }
+        let options = OpenAiOptions {
+            base_url: config.base_url.clone(),
+            api_key: config.resolved_api_key(name)?,
+            request_timeout: std::time::Duration::from_secs(self.config.agent.llm_timeout_secs.max(1)),
+            retry: RetryPolicy::default(),
+            stream: self.config.agent.stream,
+        };
+        let provider = OpenAiProvider::new(options).map_err(|e| AppError::Provider { name: name.into(), message: e.to_string() })?;
+        Ok(Arc::new(provider))
+    }
+
+    /// The agent's shared services over `provider`, with `hooks` added to
+    /// every run.
+    pub fn agent_core(&self, provider: Arc<dyn Provider>, bus: Arc<MessageBus>, hooks: Vec<Arc<dyn AgentHook>>) -> AgentCore {
+        AgentCore {
+            settings: self.config.agent.clone(),
+            runner: AgentRunner::new(provider),
+            tools: self.tools.clone(),
+            sessions: Arc::new(JsonlStore::new(self.data.sessions_dir())),
+            context: ContextBuilder::new(self.workspace.clone()),
+            workspace: self.workspace.clone(),
+            bus,
+            hooks,
+            started_at: std::time::Instant::now(),
+            active: Default::default(),
+        }
     }
 }

@@ -21,6 +21,12 @@ pub enum ConfigError {
     /// The file is not valid TOML or a key has the wrong shape.
     #[error("invalid config {path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    /// `${VAR}` in a config value names an unset variable.
+    #[error("config key `{field}` uses ${{{variable}}}, but the environment variable {variable} is not set")]
+    MissingVariable { field: String, variable: String },
+    /// `[agent] provider` names no `[providers.<name>]` table.
+    #[error("config key `agent.provider` is \"{name}\", but there is no [providers.{name}] table (configured: {known}); run `chitin onboard` for an example")]
+    MissingProvider { name: String, known: String },
     /// Neither `$CHITIN_HOME` nor a home directory is known.
     #[error("cannot find a data dir: set CHITIN_HOME or HOME")]
     NoHome,
@@ -66,6 +72,16 @@ impl DataDir {
         self.root.join("cache").join("components")
     }
 
+    /// Session files (outside the agent's workspace, which plugins see).
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.root.join("sessions")
+    }
+
+    /// Line-editor history of the interactive CLI.
+    pub fn cli_history_file(&self) -> PathBuf {
+        self.root.join("cli_history.txt")
+    }
+
     /// The default agent workspace.
     pub fn default_workspace(&self) -> PathBuf {
         self.root.join("workspace")
@@ -78,13 +94,121 @@ impl DataDir {
 pub struct Config {
     /// The agent's workspace directory; default `<data dir>/workspace`.
     pub workspace: Option<PathBuf>,
+    /// The agent: model, budgets, concurrency.
+    pub agent: AgentConfig,
+    /// LLM endpoints by name; `agent.provider` picks one.
+    pub providers: BTreeMap<String, ProviderConfig>,
     /// Per-call plugin limits.
     pub limits: Limits,
     /// Grants per plugin name (`[plugins.<name>]`).
     pub plugins: BTreeMap<String, GrantConfig>,
 }
 
+/// `[agent]`: every number of the runtime spec is a key here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Model name sent to the provider.
+    pub model: String,
+    /// Key of `[providers]` to use.
+    pub provider: String,
+    /// Completion token cap per request.
+    pub max_tokens: u32,
+    /// The model's context window, in tokens.
+    pub context_window: usize,
+    /// Model requests with tools per turn.
+    pub max_iterations: usize,
+    /// Tool results longer than this are saved to the workspace.
+    pub max_tool_result_chars: usize,
+    /// Sampling temperature; unset means the provider's default.
+    pub temperature: Option<f32>,
+    /// Seconds one model request may take.
+    pub llm_timeout_secs: u64,
+    /// Turns running at once across sessions; 0 = unlimited.
+    pub max_concurrent_turns: usize,
+    /// Messages a running turn's pending queue holds.
+    pub pending_queue_size: usize,
+    /// History messages replayed at most.
+    pub history_max_messages: usize,
+    /// Minutes a session must be idle before it is summarised; 0 = off.
+    pub idle_compact_after_minutes: u64,
+    /// Stream answers as they are generated.
+    pub stream: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            model: "gpt-4o-mini".into(),
+            provider: "openai".into(),
+            max_tokens: 8192,
+            context_window: 65_536,
+            max_iterations: 200,
+            max_tool_result_chars: 16_000,
+            temperature: None,
+            llm_timeout_secs: 300,
+            max_concurrent_turns: 3,
+            pending_queue_size: 20,
+            history_max_messages: 500,
+            idle_compact_after_minutes: 0,
+            stream: true,
+        }
+    }
+}
+
+/// `[providers.<name>]`: an OpenAI-compatible endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// API base URL, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// API key; `${VAR}` is expanded from the environment.
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// API flavour; only `openai` (chat completions) for now.
+    #[serde(default = "default_api")]
+    pub api: String,
+}
+
+fn default_api() -> String {
+    "openai".into()
+}
+
+impl ProviderConfig {
+    /// The API key with `${VAR}` expanded; a missing variable is an error
+    /// naming the key and the variable.
+    pub fn resolved_api_key(&self, provider: &str) -> Result<Option<String>, ConfigError> {
+        self.api_key.as_deref().map(|raw| expand_env(raw, &format!("providers.{provider}.api_key"))).transpose()
+    }
+}
+
+/// Expands `${VAR}` references; `field` names the config key in errors.
+pub fn expand_env(raw: &str, field: &str) -> Result<String, ConfigError> {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(|| ConfigError::MissingVariable { field: field.to_string(), variable: after.to_string() })?;
+        let name = &after[..end];
+        let value = std::env::var(name).ok().filter(|v| !v.is_empty()).ok_or_else(|| ConfigError::MissingVariable { field: field.to_string(), variable: name.to_string() })?;
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 impl Config {
+    /// The provider `[agent] provider` names.
+    pub fn provider(&self) -> Result<(&str, &ProviderConfig), ConfigError> {
+        let name = self.agent.provider.as_str();
+        self.providers.get(name).map(|p| (name, p)).ok_or_else(|| ConfigError::MissingProvider {
+            name: name.to_string(),
+            known: self.providers.keys().cloned().collect::<Vec<_>>().join(", "),
+        })
+    }
+
     /// Reads `path`; a missing file yields the defaults.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         match std::fs::read_to_string(path) {
@@ -130,6 +254,25 @@ mod tests {
         assert_eq!(config.plugins["fs"].workspace, WorkspaceAccess::Read);
         assert_eq!(config.plugins["web"].network, ["api.example.com"]);
         assert!(config.plugins["web"].enabled);
+    }
+
+    #[test]
+    fn env_vars_expand_and_a_missing_one_is_named() {
+        // SAFETY: test-only variable with a unique name; no other thread reads it.
+        unsafe { std::env::set_var("CHITIN_TEST_KEY_X1", "sk-123") };
+        assert_eq!(expand_env("${CHITIN_TEST_KEY_X1}", "k").unwrap(), "sk-123");
+        assert_eq!(expand_env("a-${CHITIN_TEST_KEY_X1}-b", "k").unwrap(), "a-sk-123-b");
+        let err = expand_env("${CHITIN_TEST_UNSET_Y2}", "providers.openai.api_key").unwrap_err().to_string();
+        assert!(err.contains("providers.openai.api_key") && err.contains("CHITIN_TEST_UNSET_Y2"), "{err}");
+    }
+
+    #[test]
+    fn agent_defaults_and_missing_provider() {
+        let config = Config::parse("[agent]\nmodel = \"m\"\n", Path::new("c.toml")).unwrap();
+        assert_eq!(config.agent.max_iterations, 200);
+        assert_eq!(config.agent.context_window, 65_536);
+        let err = config.provider().unwrap_err().to_string();
+        assert!(err.contains("agent.provider") && err.contains("[providers.openai]"), "{err}");
     }
 
     #[test]

@@ -21,8 +21,13 @@
 //!   derive) rather than schemars, because the manifest must be a constant in
 //!   the binary to be readable without running the plugin.
 
+pub mod agent;
 pub mod app;
+pub mod bus;
 pub mod config;
 pub mod plugins;
+pub mod provider;
 pub mod session;
+pub mod testing;
+pub mod tokens;
 pub mod tools;

@@ -90,7 +90,11 @@ pub const fn object_tail(schema: &'static str) -> &'static str {
 pub const fn object_sep(schema: &'static str) -> &'static str {
     let tail = object_tail(schema).as_bytes();
     let at = skip_ws(tail, 0);
-    if at < tail.len() && tail[at] == b'}' { "" } else { "," }
+    if at < tail.len() && tail[at] == b'}' {
+        ""
+    } else {
+        ","
+    }
 }
 
 const fn skip_ws(bytes: &[u8], mut at: usize) -> usize {

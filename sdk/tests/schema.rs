@@ -45,14 +45,20 @@ fn basic_struct() {
 
     // And the derived Deserialize agrees.
     let args: GreetArgs = serde_json::from_str(r#"{"name":"Ada","loud":true}"#).unwrap();
-    assert_eq!((args.name.as_str(), args.times, args.loud), ("Ada", None, true));
+    assert_eq!(
+        (args.name.as_str(), args.times, args.loud),
+        ("Ada", None, true)
+    );
 }
 
 #[test]
 fn empty_struct() {
     #[derive(Deserialize, ToolArgs)]
     struct NoArgs {}
-    assert_eq!(schema::<NoArgs>(), json!({"type": "object", "properties": {}}));
+    assert_eq!(
+        schema::<NoArgs>(),
+        json!({"type": "object", "properties": {}})
+    );
 }
 
 #[derive(Debug, PartialEq, Deserialize, ToolArgs)]
@@ -115,7 +121,10 @@ fn enum_rename_rules() {
         #[serde(other)]
         Unknown,
     }
-    assert_eq!(schema::<Kebab>()["enum"], json!(["one-two", "three", "drei"]));
+    assert_eq!(
+        schema::<Kebab>()["enum"],
+        json!(["one-two", "three", "drei"])
+    );
     assert_eq!(schema::<Screaming>()["enum"], json!(["ONE_TWO"]));
     assert_eq!(schema::<Lower>()["enum"], json!(["onetwo"]));
     assert_eq!(schema::<Camel>()["enum"], json!(["oneTwo"]));
@@ -159,10 +168,11 @@ fn renames_and_docs() {
     assert_eq!(s["required"], json!(["filePath", "n", "deName"]));
     assert_eq!(s["additionalProperties"], json!(false));
 
-    let r: Renamed =
-        serde_json::from_str(r#"{"filePath":"a","n":3,"deName":-1}"#).unwrap();
+    let r: Renamed = serde_json::from_str(r#"{"filePath":"a","n":3,"deName":-1}"#).unwrap();
     assert_eq!((r.file_path.as_str(), r.max_count, r.de_only), ("a", 3, -1));
-    assert!(serde_json::from_str::<Renamed>(r#"{"filePath":"a","n":3,"deName":-1,"x":1}"#).is_err());
+    assert!(
+        serde_json::from_str::<Renamed>(r#"{"filePath":"a","n":3,"deName":-1,"x":1}"#).is_err()
+    );
 }
 
 #[derive(Debug, Default, Deserialize, ToolArgs)]
@@ -176,7 +186,10 @@ struct AllDefault {
 fn container_default() {
     let s = schema::<AllDefault>();
     assert!(s.get("required").is_none(), "{s}");
-    assert_eq!(s["properties"]["b"], json!({"type":"integer","minimum":0,"maximum":65535}));
+    assert_eq!(
+        s["properties"]["b"],
+        json!({"type":"integer","minimum":0,"maximum":65535})
+    );
     let d: AllDefault = serde_json::from_str("{}").unwrap();
     assert_eq!((d.a.as_str(), d.b), ("", 0));
 }
@@ -229,11 +242,20 @@ fn nested_and_containers() {
     assert_eq!(p["nested_bare"], point);
     assert_eq!(p["maybe_point"], point);
     assert_eq!(p["points"], json!({"type": "array", "items": point}));
-    assert_eq!(p["tags"], json!({"type": "array", "items": {"type": "string"}, "uniqueItems": true}));
+    assert_eq!(
+        p["tags"],
+        json!({"type": "array", "items": {"type": "string"}, "uniqueItems": true})
+    );
     assert_eq!(p["queue"]["items"]["minimum"], json!(-2147483648i64));
     assert_eq!(p["sorted"]["uniqueItems"], json!(true));
-    assert_eq!(p["env"], json!({"type": "object", "additionalProperties": {"type": "string"}}));
-    assert_eq!(p["by_name"], json!({"type": "object", "additionalProperties": point}));
+    assert_eq!(
+        p["env"],
+        json!({"type": "object", "additionalProperties": {"type": "string"}})
+    );
+    assert_eq!(
+        p["by_name"],
+        json!({"type": "object", "additionalProperties": point})
+    );
     assert_eq!(p["extra"], json!({"description": "Anything."}));
     assert_eq!(p["extra_bare"], json!({}));
     assert_eq!(p["boxed"], schema::<Mode>());
@@ -241,7 +263,10 @@ fn nested_and_containers() {
         p["pair"],
         json!({"type": "array", "items": {"type": "integer", "minimum": -128, "maximum": 127}, "minItems": 2, "maxItems": 2})
     );
-    assert_eq!(p["letter"], json!({"type": "string", "minLength": 1, "maxLength": 1}));
+    assert_eq!(
+        p["letter"],
+        json!({"type": "string", "minLength": 1, "maxLength": 1})
+    );
     assert_eq!(p["path"], json!({"type": "string"}));
     assert_eq!(p["map"], json!({"type": "object"}));
     assert_eq!(

@@ -19,7 +19,12 @@ struct GreetArgs {
 fn greet(args: GreetArgs, ctx: &Context) -> Result<String, ToolError> {
     ctx.progress("greeting");
     ctx.log(LogLevel::Info, "greeting");
-    Ok(format!("Hello, {}! x{} ({})", args.name, args.times.unwrap_or(1), ctx.call_id))
+    Ok(format!(
+        "Hello, {}! x{} ({})",
+        args.name,
+        args.times.unwrap_or(1),
+        ctx.call_id
+    ))
 }
 
 /// Context first, another name, a JSON result.
@@ -35,7 +40,10 @@ struct NoArgs {}
 /// No parameters at all; fails with an io error.
 #[tool]
 fn broken() -> Result<&'static str, std::io::Error> {
-    Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "nope"))
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        "nope",
+    ))
 }
 
 fn manifest(fragment: &str) -> Value {
@@ -67,8 +75,14 @@ fn manifest_fragment() {
     assert_eq!(who["read_only"], true);
     assert_eq!(who["concurrency_safe"], false);
     let broken = manifest(__chitin_tool_broken::MANIFEST);
-    assert_eq!(broken["parameters"], json!({"type": "object", "properties": {}}));
-    assert_eq!(broken["description"], "No parameters at all; fails with an io error.");
+    assert_eq!(
+        broken["parameters"],
+        json!({"type": "object", "properties": {}})
+    );
+    assert_eq!(
+        broken["description"],
+        "No parameters at all; fails with an io error."
+    );
 }
 
 #[test]
@@ -86,7 +100,8 @@ fn dispatcher() {
         Err(ToolError::InvalidArgs(m)) => assert!(m.contains("invalid type"), "{m}"),
         other => panic!("{other:?}"),
     }
-    let who: Value = serde_json::from_str(&__chitin_tool_who_am_i::call("{}", &ctx).unwrap()).unwrap();
+    let who: Value =
+        serde_json::from_str(&__chitin_tool_who_am_i::call("{}", &ctx).unwrap()).unwrap();
     assert_eq!(who, json!({"session": "cli:1", "channel": "cli"}));
     assert_eq!(
         __chitin_tool_broken::call("{}", &ctx),
@@ -138,7 +153,10 @@ mod plugin {
         assert!(__chitin_invoke("whoami", "{}", &ctx).is_ok());
         match __chitin_invoke("second", "{}", &ctx) {
             Err(ToolError::UnknownTool(m)) => {
-                assert_eq!(m, "this plugin has no tool `second`; its tools are: greet, first, whoami")
+                assert_eq!(
+                    m,
+                    "this plugin has no tool `second`; its tools are: greet, first, whoami"
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -158,7 +176,10 @@ fn tool_error_conversions() {
         ToolError::from(Error::from_raw_os_error(2)),
         ToolError::failed("No such file or directory")
     );
-    assert_eq!(ToolError::invalid_args("bad").to_string(), "invalid arguments: bad");
+    assert_eq!(
+        ToolError::invalid_args("bad").to_string(),
+        "invalid arguments: bad"
+    );
     assert_eq!(ToolError::unknown_tool("t").to_string(), "unknown tool: t");
     assert_eq!(ToolError::denied("d").to_string(), "denied: d");
     assert_eq!(ToolError::failed("f").to_string(), "f");

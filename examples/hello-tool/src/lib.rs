@@ -67,23 +67,43 @@ mod tests {
 
     #[test]
     fn greets() {
-        let args = GreetArgs { name: "Ada".into(), times: None };
+        let args = GreetArgs {
+            name: "Ada".into(),
+            times: None,
+        };
         assert_eq!(greet(args, &ctx()).unwrap(), "Hello, Ada!");
-        let args = GreetArgs { name: "Ada".into(), times: Some(2) };
+        let args = GreetArgs {
+            name: "Ada".into(),
+            times: Some(2),
+        };
         assert_eq!(greet(args, &ctx()).unwrap(), "Hello, Ada!\nHello, Ada!");
     }
 
     #[test]
     fn refuses_bad_arguments() {
-        let args = GreetArgs { name: " ".into(), times: None };
-        assert!(matches!(greet(args, &ctx()), Err(ToolError::InvalidArgs(_))));
-        let args = GreetArgs { name: "Ada".into(), times: Some(0) };
-        assert!(matches!(greet(args, &ctx()), Err(ToolError::InvalidArgs(_))));
+        let args = GreetArgs {
+            name: " ".into(),
+            times: None,
+        };
+        assert!(matches!(
+            greet(args, &ctx()),
+            Err(ToolError::InvalidArgs(_))
+        ));
+        let args = GreetArgs {
+            name: "Ada".into(),
+            times: Some(0),
+        };
+        assert!(matches!(
+            greet(args, &ctx()),
+            Err(ToolError::InvalidArgs(_))
+        ));
     }
 
     #[test]
     fn shouts() {
-        let args = ShoutArgs { text: "hello".into() };
+        let args = ShoutArgs {
+            text: "hello".into(),
+        };
         assert_eq!(shout(args).unwrap(), "HELLO");
     }
 

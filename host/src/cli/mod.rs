@@ -2,7 +2,10 @@
 //! library, prints results. User-facing output is written here and nowhere
 //! else; diagnostics go through `tracing` (`RUST_LOG`, default `warn`).
 
+mod agent;
+mod onboard;
 mod plugin;
+mod status;
 mod tool;
 
 use std::path::PathBuf;
@@ -26,6 +29,16 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Write a commented config and a workspace to start from.
+    Onboard {
+        /// Overwrite an existing config.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Chat with the agent: one message with -m, or interactively.
+    Agent(agent::AgentArgs),
+    /// Show config, provider, plugins and grants.
+    Status,
     /// Inspect, list, pack and install plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
@@ -57,6 +70,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let data = DataDir::from_env()?;
     let options = AppOptions { config_file: cli.config, ..AppOptions::default() };
     match cli.command {
+        Command::Onboard { force } => onboard::run(&data, force),
+        Command::Agent(args) => runtime.block_on(agent::run(args, data, options)),
+        Command::Status => status::run(data, options),
         Command::Plugin(cmd) => plugin::run(cmd, data, options),
         Command::Tool(cmd) => runtime.block_on(tool::run(cmd, data, options)),
     }

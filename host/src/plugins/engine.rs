@@ -23,8 +23,11 @@ use super::limits::Limits;
 /// Epoch tick: the resolution of call deadlines.
 pub const TICK: Duration = Duration::from_millis(10);
 
-/// Wasm stack a call may use before it traps with a stack overflow.
-const MAX_WASM_STACK: usize = 1 << 20;
+/// Wasm stack a call may use before it traps with a stack overflow. Kept
+/// below a Rust guest's 1 MiB shadow stack in linear memory, so runaway
+/// recursion hits this clean, named limit first rather than running the
+/// shadow stack out of its memory (an anonymous out-of-bounds trap).
+const MAX_WASM_STACK: usize = 512 << 10;
 
 /// Host stack for each async call; must exceed [`MAX_WASM_STACK`] plus what
 /// host functions need.

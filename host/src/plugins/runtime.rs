@@ -265,6 +265,10 @@ fn classify(error: &wasmtime::Error, state: &StoreState) -> Failure {
         Some(Trap::StackOverflow) => Failure::StackOverflow,
         _ if stderr.contains("memory allocation of") => Failure::OutOfMemory,
         _ if stderr.contains("panicked") => Failure::Panicked(panic_message(&stderr)),
+        Some(Trap::MemoryOutOfBounds) => Failure::Trap(with_stderr(
+            "out of bounds memory access (a bug in the plugin, or its stack ran out in deep recursion)".into(),
+            &stderr,
+        )),
         Some(trap) => Failure::Trap(with_stderr(trap.to_string(), &stderr)),
         None => Failure::Trap(with_stderr(format!("{error:#}"), &stderr)),
     }

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::session::{Message, ToolCall};
 
-pub use openai::OpenAiProvider;
+pub use openai::{OpenAiOptions, OpenAiProvider};
 pub use retry::RetryPolicy;
 
 /// One chat-completions request.

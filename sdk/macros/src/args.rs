@@ -4,8 +4,8 @@ use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
 use syn::spanned::Spanned;
 use syn::{
-    Data, DataEnum, DeriveInput, Error, Expr, ExprLit, Fields, GenericArgument, Lit,
-    PathArguments, Type, ext::IdentExt,
+    Data, DataEnum, DeriveInput, Error, Expr, ExprLit, Fields, GenericArgument, Lit, PathArguments,
+    Type, ext::IdentExt,
 };
 
 use crate::attrs;
@@ -22,7 +22,9 @@ pub fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
     if let Some((name, span)) = &container.unsupported {
         return Err(Error::new(
             *span,
-            format!("ToolArgs does not support #[serde({name})]: the schema would not match what serde accepts"),
+            format!(
+                "ToolArgs does not support #[serde({name})]: the schema would not match what serde accepts"
+            ),
         ));
     }
     let schema = match &input.data {
@@ -75,7 +77,12 @@ fn struct_schema<'a>(
                 "ToolArgs does not support #[serde(flatten)]: write the fields out",
             ));
         }
-        let ident = field.ident.as_ref().expect("named field").unraw().to_string();
+        let ident = field
+            .ident
+            .as_ref()
+            .expect("named field")
+            .unraw()
+            .to_string();
         let name = match (&attrs.rename, container.rename_all) {
             (Some(name), _) => name.clone(),
             (None, Some(rule)) => rule.apply_to_field(&ident),
@@ -149,7 +156,10 @@ fn enum_schema(container: &attrs::Container, data: &DataEnum) -> syn::Result<Sch
         // `#[serde(other)]` takes any string.
         Ok(Schema::literal(&[("type", "\"string\"")]))
     } else {
-        Ok(Schema::literal(&[("type", "\"string\""), ("enum", &enum_list)]))
+        Ok(Schema::literal(&[
+            ("type", "\"string\""),
+            ("enum", &enum_list),
+        ]))
     }
 }
 
@@ -160,7 +170,10 @@ fn option_inner(ty: &Type) -> Option<&Type> {
         Type::Paren(p) => option_inner(&p.elem),
         Type::Path(p) if p.qself.is_none() => {
             let last = p.path.segments.last()?;
-            match (last.ident.to_string().as_str(), type_args(&last.arguments).as_slice()) {
+            match (
+                last.ident.to_string().as_str(),
+                type_args(&last.arguments).as_slice(),
+            ) {
                 ("Option", [inner]) => Some(inner),
                 _ => None,
             }
@@ -189,21 +202,45 @@ fn type_args(args: &PathArguments) -> Vec<&Type> {
 fn primitive(name: &str) -> Option<&'static [(&'static str, &'static str)]> {
     Some(match name {
         "String" | "str" | "PathBuf" => &[("type", "\"string\"")],
-        "char" => &[("type", "\"string\""), ("minLength", "1"), ("maxLength", "1")],
+        "char" => &[
+            ("type", "\"string\""),
+            ("minLength", "1"),
+            ("maxLength", "1"),
+        ],
         "bool" => &[("type", "\"boolean\"")],
         "f32" | "f64" => &[("type", "\"number\"")],
         "i64" | "i128" | "isize" => &[("type", "\"integer\"")],
         "u64" | "u128" | "usize" => &[("type", "\"integer\""), ("minimum", "0")],
-        "i8" => &[("type", "\"integer\""), ("minimum", "-128"), ("maximum", "127")],
-        "i16" => &[("type", "\"integer\""), ("minimum", "-32768"), ("maximum", "32767")],
+        "i8" => &[
+            ("type", "\"integer\""),
+            ("minimum", "-128"),
+            ("maximum", "127"),
+        ],
+        "i16" => &[
+            ("type", "\"integer\""),
+            ("minimum", "-32768"),
+            ("maximum", "32767"),
+        ],
         "i32" => &[
             ("type", "\"integer\""),
             ("minimum", "-2147483648"),
             ("maximum", "2147483647"),
         ],
-        "u8" => &[("type", "\"integer\""), ("minimum", "0"), ("maximum", "255")],
-        "u16" => &[("type", "\"integer\""), ("minimum", "0"), ("maximum", "65535")],
-        "u32" => &[("type", "\"integer\""), ("minimum", "0"), ("maximum", "4294967295")],
+        "u8" => &[
+            ("type", "\"integer\""),
+            ("minimum", "0"),
+            ("maximum", "255"),
+        ],
+        "u16" => &[
+            ("type", "\"integer\""),
+            ("minimum", "0"),
+            ("maximum", "65535"),
+        ],
+        "u32" => &[
+            ("type", "\"integer\""),
+            ("minimum", "0"),
+            ("maximum", "4294967295"),
+        ],
         _ => return None,
     })
 }

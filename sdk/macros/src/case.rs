@@ -34,7 +34,10 @@ impl RenameRule {
             .map(|(_, rule)| *rule)
             .ok_or_else(|| {
                 let names: Vec<String> = RULES.iter().map(|(n, _)| format!("{n:?}")).collect();
-                format!("unknown rename rule {text:?}, expected one of {}", names.join(", "))
+                format!(
+                    "unknown rename rule {text:?}, expected one of {}",
+                    names.join(", ")
+                )
             })
     }
 
@@ -57,7 +60,9 @@ impl RenameRule {
             }
             ScreamingSnakeCase => SnakeCase.apply_to_variant(variant).to_ascii_uppercase(),
             KebabCase => SnakeCase.apply_to_variant(variant).replace('_', "-"),
-            ScreamingKebabCase => ScreamingSnakeCase.apply_to_variant(variant).replace('_', "-"),
+            ScreamingKebabCase => ScreamingSnakeCase
+                .apply_to_variant(variant)
+                .replace('_', "-"),
         }
     }
 

@@ -69,8 +69,9 @@ pub fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
                 let mut t = t.clone();
                 t.default = None;
                 t.eq_token = None;
-                t.bounds
-                    .push(syn::parse_quote!(::chitin_sdk::__private::serde::Deserialize<'de>));
+                t.bounds.push(syn::parse_quote!(
+                    ::chitin_sdk::__private::serde::Deserialize<'de>
+                ));
                 quote!(#t)
             }
             GenericParam::Const(c) => {

@@ -54,7 +54,10 @@ impl Parse for Plugin {
                     let content;
                     bracketed!(content in input);
                     let list = Punctuated::<LitStr, Token![,]>::parse_terminated(&content)?;
-                    if network.replace(list.into_iter().collect::<Vec<_>>()).is_some() {
+                    if network
+                        .replace(list.into_iter().collect::<Vec<_>>())
+                        .is_some()
+                    {
                         return Err(duplicate());
                     }
                 }
@@ -79,12 +82,10 @@ impl Parse for Plugin {
             }
             input.parse::<Token![,]>()?;
         }
-        let name = name.ok_or_else(|| {
-            Error::new(Span::call_site(), "plugin! needs `name: \"...\"`")
-        })?;
-        let (tools, tools_span) = tools.ok_or_else(|| {
-            Error::new(Span::call_site(), "plugin! needs `tools: [...]`")
-        })?;
+        let name =
+            name.ok_or_else(|| Error::new(Span::call_site(), "plugin! needs `name: \"...\"`"))?;
+        let (tools, tools_span) =
+            tools.ok_or_else(|| Error::new(Span::call_site(), "plugin! needs `tools: [...]`"))?;
         Ok(Plugin {
             name,
             description,
@@ -117,7 +118,9 @@ fn valid_host(text: &str) -> bool {
     let bare = host.strip_prefix("*.").unwrap_or(host);
     !bare.is_empty()
         && (bare.parse::<IpAddr>().is_ok()
-            || bare.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+            || bare
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
 }
 
 /// The host part of `host[:port]`, if the port (when any) is valid.
@@ -144,7 +147,10 @@ fn hidden_path(path: &Path) -> syn::Result<Path> {
     let mut hidden = path.clone();
     let last = hidden.segments.last_mut().expect("a path has a segment");
     if !matches!(last.arguments, PathArguments::None) {
-        return Err(Error::new(last.arguments.span(), "name the #[tool] function without generic arguments"));
+        return Err(Error::new(
+            last.arguments.span(),
+            "name the #[tool] function without generic arguments",
+        ));
     }
     last.ident = tool_item(&last.ident);
     Ok(hidden)
@@ -155,7 +161,9 @@ pub fn expand(plugin: Plugin) -> syn::Result<TokenStream> {
     if !valid_plugin_name(&name) {
         return Err(Error::new(
             plugin.name.span(),
-            format!("plugin name {name:?} is not valid: it must match [a-z][a-z0-9_-]* and be at most 64 characters"),
+            format!(
+                "plugin name {name:?} is not valid: it must match [a-z][a-z0-9_-]* and be at most 64 characters"
+            ),
         ));
     }
     let workspace = match &plugin.workspace {
@@ -165,7 +173,9 @@ pub fn expand(plugin: Plugin) -> syn::Result<TokenStream> {
             other => {
                 return Err(Error::new(
                     lit.span(),
-                    format!("workspace {other:?} is not valid: expected \"none\", \"read\" or \"read-write\""),
+                    format!(
+                        "workspace {other:?} is not valid: expected \"none\", \"read\" or \"read-write\""
+                    ),
                 ));
             }
         },
@@ -176,16 +186,24 @@ pub fn expand(plugin: Plugin) -> syn::Result<TokenStream> {
         if !valid_host(&host) {
             return Err(Error::new(
                 lit.span(),
-                format!("network entry {host:?} is not valid: expected `host`, `host:port` or `*.domain` (no scheme, no path)"),
+                format!(
+                    "network entry {host:?} is not valid: expected `host`, `host:port` or `*.domain` (no scheme, no path)"
+                ),
             ));
         }
         if network.contains(&host) {
-            return Err(Error::new(lit.span(), format!("network entry {host:?} is listed twice")));
+            return Err(Error::new(
+                lit.span(),
+                format!("network entry {host:?} is listed twice"),
+            ));
         }
         network.push(host);
     }
     if plugin.tools.is_empty() {
-        return Err(Error::new(plugin.tools_span, "a plugin needs at least one tool"));
+        return Err(Error::new(
+            plugin.tools_span,
+            "a plugin needs at least one tool",
+        ));
     }
     let mut seen: Vec<String> = Vec::new();
     let mut hidden = Vec::new();
@@ -326,7 +344,17 @@ mod tests {
         ] {
             assert!(valid_host(ok), "{ok}");
         }
-        for bad in ["", "https://x.com", "x.com/a", "x.com:", "x.com:http", ":80", "a b", "*.", "a_b.com"] {
+        for bad in [
+            "",
+            "https://x.com",
+            "x.com/a",
+            "x.com:",
+            "x.com:http",
+            ":80",
+            "a b",
+            "*.",
+            "a_b.com",
+        ] {
             assert!(!valid_host(bad), "{bad}");
         }
     }

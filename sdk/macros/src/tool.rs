@@ -135,7 +135,10 @@ fn tool(options: &Options, item: &ItemFn) -> syn::Result<(String, TokenStream, T
         ));
     }
     if let Some(v) = &sig.variadic {
-        return Err(Error::new(v.span(), "a #[tool] function cannot be variadic"));
+        return Err(Error::new(
+            v.span(),
+            "a #[tool] function cannot be variadic",
+        ));
     }
 
     // Parameters: the arguments struct and/or `&Context`, in any order.

@@ -1,0 +1,255 @@
+//! `AgentLoop`: the long-lived orchestrator (spec §3).
+//!
+//! - `run` consumes the bus; each ordinary message gets its own task, so a
+//!   session waiting on the model never blocks the others.
+//! - `/stop` and `/status` are answered at once, without the session lock.
+//! - A message for a session with a running turn goes to that turn's pending
+//!   queue (injected by the runner); a full queue falls back to a task that
+//!   waits for the lock.
+//! - `dispatch`: per-session lock (serial within a session), then the global
+//!   semaphore (concurrency across sessions). On `/stop` it writes the
+//!   runner's checkpoint into the session; on error it apologises; on every
+//!   exit it re-publishes what is left in the pending queue.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::active::ActiveTurn;
+use super::commands::{self, Command, Parsed};
+use super::core::AgentCore;
+use super::pending::PendingQueue;
+use super::turn::{self, TurnContext, TurnError, materialize_checkpoint};
+use crate::bus::{InboundMessage, OutboundKind, OutboundMessage};
+use crate::provider::StreamSink;
+
+/// How long `run` waits on the bus before doing housekeeping.
+const INBOUND_POLL: Duration = Duration::from_secs(1);
+
+/// Published when a turn fails.
+pub const APOLOGY: &str = "Sorry, something went wrong while handling your message. Please try again.";
+
+/// Reply to a `/stop` that stopped a turn.
+pub const STOPPED_TEXT: &str = "Stopped. Finished tool steps are kept.";
+
+/// How a turn ended, for the caller of `process`.
+pub enum TurnOutcome {
+    /// It ran to DONE; the context holds the reply and the trace.
+    Done(Box<TurnContext>),
+    /// `/stop` cancelled it; its checkpoint was written into the session.
+    Cancelled,
+    /// It failed; the error was logged.
+    Failed(TurnError),
+}
+
+/// The orchestrator. Cheap to clone.
+#[derive(Clone)]
+pub struct AgentLoop {
+    core: Arc<AgentCore>,
+    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    semaphore: Option<Arc<Semaphore>>,
+}
+
+impl AgentLoop {
+    /// A loop over `core`.
+    pub fn new(core: Arc<AgentCore>) -> Self {
+        let limit = core.settings.max_concurrent_turns;
+        AgentLoop { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), core, locks: Default::default() }
+    }
+
+    /// The shared services.
+    pub fn core(&self) -> &Arc<AgentCore> {
+        &self.core
+    }
+
+    /// Consumes the bus until `shutdown` resolves (or the bus closes), then
+    /// waits for the running turns to finish.
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) {
+        let mut tasks = JoinSet::new();
+        let mut last_idle_check = Instant::now();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                next = tokio::time::timeout(INBOUND_POLL, self.core.bus.consume_inbound()) => match next {
+                    Ok(Some(message)) => self.accept(message, &mut tasks),
+                    Ok(None) => break,
+                    Err(_) => {
+                        if last_idle_check.elapsed() >= Duration::from_secs(60) {
+                            last_idle_check = Instant::now();
+                            self.idle_check();
+                        }
+                    }
+                },
+            }
+            while tasks.try_join_next().is_some() {}
+        }
+        while tasks.join_next().await.is_some() {}
+        if let Err(e) = self.core.sessions.sync() {
+            tracing::warn!("syncing sessions at shutdown failed: {e}");
+        }
+    }
+
+    /// Hook for idle compaction (see `compact`).
+    fn idle_check(&self) {}
+
+    fn accept(&self, message: InboundMessage, tasks: &mut JoinSet<()>) {
+        let key = message.session_key();
+        if commands::is_priority(&message.content) {
+            self.answer_priority(&message, &key);
+            return;
+        }
+        if let Some(active) = self.core.active.get(&key) {
+            if let Parsed::Known(Command::Help) | Parsed::Unknown { .. } = commands::parse(&message.content) {
+                let text = match commands::parse(&message.content) {
+                    Parsed::Unknown { name, suggestion } => commands::unknown_text(&name, suggestion),
+                    _ => commands::help_text(),
+                };
+                self.core.bus.publish_outbound(OutboundMessage::reply(&message.channel, &message.chat_id, text));
+                return;
+            }
+            let message = match active.pending.try_push(message) {
+                Ok(()) => return,
+                Err(message) => message,
+            };
+            let this = self.clone();
+            tasks.spawn(async move { this.dispatch(message).await });
+            return;
+        }
+        let this = self.clone();
+        tasks.spawn(async move { this.dispatch(message).await });
+    }
+
+    /// `/stop` and `/status`, answered without the session lock.
+    fn answer_priority(&self, message: &InboundMessage, key: &str) {
+        let text = match commands::parse(&message.content) {
+            Parsed::Known(Command::Stop) => {
+                if self.stop(key) { STOPPED_TEXT.to_string() } else { "No task is running.".to_string() }
+            }
+            _ => match self.core.sessions.load(key) {
+                Ok(session) => {
+                    let text = self.core.status_text(&session);
+                    if self.core.active.get(key).is_none() {
+                        self.core.sessions.release(session);
+                    }
+                    text
+                }
+                Err(e) => format!("Status unavailable: {e}"),
+            },
+        };
+        self.core.bus.publish_outbound(OutboundMessage::reply(&message.channel, &message.chat_id, text));
+    }
+
+    /// Cancels the running turn of `key`; false when none runs.
+    pub fn stop(&self, key: &str) -> bool {
+        match self.core.active.get(key) {
+            Some(turn) => {
+                turn.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Handles one message: runs the turn and publishes the reply (or an
+    /// apology), then re-publishes anything left in the pending queue.
+    pub async fn dispatch(&self, message: InboundMessage) {
+        let stream = self.core.settings.stream.then(|| self.stream_to_bus(&message));
+        let to = message.clone();
+        match self.process(message, stream.clone()).await {
+            TurnOutcome::Done(ctx) => {
+                if let Some(reply) = ctx.outbound {
+                    if stream.is_some() && matches!(reply.kind, OutboundKind::Message { streamed: true }) {
+                        self.core.bus.publish_outbound(OutboundMessage::event(&to, OutboundKind::StreamEnd, ""));
+                    }
+                    self.core.bus.publish_outbound(reply);
+                }
+            }
+            TurnOutcome::Cancelled => {}
+            TurnOutcome::Failed(_) => {
+                self.core.bus.publish_outbound(OutboundMessage::reply(&to.channel, &to.chat_id, APOLOGY));
+            }
+        }
+        self.core.bus.publish_outbound(OutboundMessage::event(&to, OutboundKind::TurnEnd, ""));
+    }
+
+    fn stream_to_bus(&self, message: &InboundMessage) -> StreamSink {
+        let bus = self.core.bus.clone();
+        let to = message.clone();
+        Arc::new(move |delta: &str| bus.publish_outbound(OutboundMessage::event(&to, OutboundKind::StreamDelta, delta)))
+    }
+
+    /// Builds the inbound message for `content` and runs the same turn under
+    /// the same lock as bus messages. Used by the CLI.
+    pub async fn process_direct(&self, content: &str, session_key: &str, stream: Option<StreamSink>) -> TurnOutcome {
+        let (channel, chat_id) = session_key.split_once(':').unwrap_or(("cli", session_key));
+        let mut message = InboundMessage::new(channel, "user", chat_id, content);
+        message.session_key_override = Some(session_key.to_string());
+        self.process(message, stream).await
+    }
+
+    /// Runs one turn under the session lock and the global semaphore.
+    pub async fn process(&self, message: InboundMessage, stream: Option<StreamSink>) -> TurnOutcome {
+        let key = message.session_key();
+        let lock = self.locks.lock().expect("locks").entry(key.clone()).or_default().clone();
+        let _serial = lock.lock().await;
+        let _permit = match &self.semaphore {
+            Some(s) => Some(s.clone().acquire_owned().await.expect("the semaphore is never closed")),
+            None => None,
+        };
+        let active = Arc::new(ActiveTurn {
+            pending: Arc::new(PendingQueue::new(self.core.settings.pending_queue_size.max(1))),
+            cancel: CancellationToken::new(),
+            started: Instant::now(),
+        });
+        self.core.active.insert(&key, active.clone());
+        let mut ctx = TurnContext::new(message);
+        ctx.pending = Some(active.pending.clone());
+        ctx.stream = stream;
+        let outcome = tokio::select! {
+            result = turn::drive(&self.core, &mut ctx) => match result {
+                Ok(()) => {
+                    if let Some(session) = ctx.session.take() {
+                        self.core.sessions.release(session);
+                    }
+                    TurnOutcome::Done(Box::new(ctx))
+                }
+                Err(e) => {
+                    tracing::error!(session = %key, "turn failed: {e}");
+                    TurnOutcome::Failed(e)
+                }
+            },
+            _ = active.cancel.cancelled() => {
+                drop(ctx);
+                self.restore_after_cancel(&key);
+                TurnOutcome::Cancelled
+            }
+        };
+        self.core.active.remove(&key, &active);
+        // Nothing is lost: whatever the turn did not inject goes back on the
+        // bus, to be handled as ordinary messages.
+        for leftover in active.pending.take_all() {
+            self.core.bus.publish_inbound(leftover);
+        }
+        outcome
+    }
+
+    /// After `/stop`: the session on disk holds the user message and the last
+    /// checkpoint; materialise it so finished tool results survive.
+    fn restore_after_cancel(&self, key: &str) {
+        let restored = self.core.sessions.load(key).and_then(|mut session| {
+            if materialize_checkpoint(&mut session) {
+                self.core.sessions.save(&mut session)?;
+            }
+            self.core.sessions.release(session);
+            Ok(())
+        });
+        if let Err(e) = restored {
+            tracing::error!(session = %key, "could not restore the checkpoint after /stop: {e}");
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Running one assistant message's tool calls (spec §5 step 3).
+//!
+//! Consecutive `concurrency_safe` calls run in parallel; any other call runs
+//! alone; results come back in call order. A failure of any kind becomes the
+//! call's result text with a hint, so the model can try something else: tool
+//! errors never end a turn.
+
+use std::collections::HashMap;
+use std::path::{Component, Path};
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::spec::{AgentRunSpec, ToolEvent};
+use crate::session::ToolCall;
+
+/// Preview kept inline when a result is saved to the workspace.
+pub const PREVIEW_CHARS: usize = 1200;
+
+/// Tools whose results are never moved out of line: they page themselves.
+const EXEMPT_FROM_SAVING: &[&str] = &["read_file"];
+
+/// Identical fetches, or attempts outside the workspace, allowed per run.
+const REPEAT_LIMIT: usize = 2;
+
+/// What one call produced.
+pub struct CallOutcome {
+    /// Result text for the model.
+    pub text: String,
+    /// Timing and status.
+    pub event: ToolEvent,
+}
+
+/// Run-long counters behind the firm refusals.
+#[derive(Default)]
+pub struct Guards {
+    fetches: HashMap<String, usize>,
+    outside_attempts: usize,
+}
+
+impl Guards {
+    /// A refusal for this call, if it is one repeat too many.
+    fn check(&mut self, spec: &AgentRunSpec, call: &ToolCall) -> Option<String> {
+        let name = &call.function.name;
+        let fetches_network = spec.tools.plugin_of(name).is_some_and(|p| !p.grant.network.is_empty());
+        if fetches_network {
+            let key = format!("{name}\u{0}{}", canonical(&call.function.arguments));
+            let count = self.fetches.entry(key).or_default();
+            *count += 1;
+            if *count > REPEAT_LIMIT {
+                return Some(format!(
+                    "Refused: this is attempt {count} of the same `{name}` request in this turn. Use the result you already have, or change the request."
+                ));
+            }
+        }
+        if reaches_outside(&call.function.arguments) {
+            self.outside_attempts += 1;
+            if self.outside_attempts > REPEAT_LIMIT {
+                return Some(format!(
+                    "Refused: paths outside the workspace cannot be accessed (attempt {}). Stop trying; work with files inside the workspace or ask the user.",
+                    self.outside_attempts
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// Runs `calls` and returns their outcomes in call order.
+pub async fn run_calls(spec: &AgentRunSpec, calls: &[ToolCall], guards: &mut Guards) -> Vec<CallOutcome> {
+    let mut outcomes = Vec::with_capacity(calls.len());
+    let mut i = 0;
+    while i < calls.len() {
+        let safe = |c: &ToolCall| spec.tools.is_concurrency_safe(&c.function.name);
+        let end = if safe(&calls[i]) { i + calls[i..].iter().take_while(|c| safe(c)).count() } else { i + 1 };
+        let batch: Vec<_> = calls[i..end]
+            .iter()
+            .map(|call| {
+                let refusal = guards.check(spec, call);
+                run_one(spec, call, refusal)
+            })
+            .collect();
+        outcomes.extend(futures::future::join_all(batch).await);
+        i = end;
+    }
+    outcomes
+}
+
+async fn run_one(spec: &AgentRunSpec, call: &ToolCall, refusal: Option<String>) -> CallOutcome {
+    for hook in &spec.hooks {
+        if let Err(e) = hook.before_tool(call) {
+            tracing::warn!("hook before_tool failed: {e}");
+        }
+    }
+    let started = Instant::now();
+    let name = &call.function.name;
+    let (text, ok) = match refusal {
+        Some(refusal) => (refusal, false),
+        None => {
+            let ctx = crate::plugins::CallContext { call_id: call.id.clone(), ..spec.call_context.clone() };
+            let args = Value::String(call.function.arguments.clone());
+            match spec.tools.call(name, &args, &ctx, None).await {
+                Ok(text) => (save_if_oversized(spec, call, text), true),
+                Err(e) => (format!("Error: {e}\n\n[Analyze the error above and try a different approach.]"), false),
+            }
+        }
+    };
+    for hook in &spec.hooks {
+        if let Err(e) = hook.after_tool(call, &text, ok) {
+            tracing::warn!("hook after_tool failed: {e}");
+        }
+    }
+    CallOutcome { event: ToolEvent { name: name.clone(), call_id: call.id.clone(), ok, duration: started.elapsed() }, text }
+}
+
+/// Keeps the context small: a result over the limit is written to the
+/// workspace in full and replaced by its path and a preview.
+fn save_if_oversized(spec: &AgentRunSpec, call: &ToolCall, text: String) -> String {
+    let chars = text.chars().count();
+    if chars <= spec.max_tool_result_chars || EXEMPT_FROM_SAVING.contains(&call.function.name.as_str()) {
+        return text;
+    }
+    let dir_rel = Path::new(".chitin").join("tool-results").join(crate::session::encode_key(&spec.call_context.session_key));
+    let file_rel = dir_rel.join(format!("{}.txt", crate::session::encode_key(&call.id)));
+    let preview: String = text.chars().take(PREVIEW_CHARS).collect();
+    let saved = std::fs::create_dir_all(spec.workspace.join(&dir_rel)).and_then(|_| std::fs::write(spec.workspace.join(&file_rel), &text));
+    match saved {
+        Ok(()) => format!(
+            "[The result is {chars} characters, too long to show in full. It is saved at `{}` in the workspace; read parts of it with read_file if you need more.]\n\nPreview:\n{preview}",
+            file_rel.display()
+        ),
+        Err(e) => {
+            tracing::warn!("could not save an oversized tool result: {e}");
+            let head: String = text.chars().take(spec.max_tool_result_chars).collect();
+            format!("{head}\n\n[truncated: {chars} characters in all]")
+        }
+    }
+}
+
+/// Arguments as canonical JSON (keys sorted), so `{"a":1,"b":2}` and
+/// `{"b":2,"a":1}` count as the same request.
+fn canonical(arguments: &str) -> String {
+    serde_json::from_str::<Value>(arguments).map(|v| v.to_string()).unwrap_or_else(|_| arguments.trim().to_string())
+}
+
+/// True when a path-like argument points outside the workspace.
+fn reaches_outside(arguments: &str) -> bool {
+    let Ok(Value::Object(args)) = serde_json::from_str::<Value>(arguments) else { return false };
+    args.iter().any(|(key, value)| {
+        let pathish = ["path", "file", "dir"].iter().any(|k| key.to_ascii_lowercase().contains(k));
+        let Some(text) = value.as_str().filter(|_| pathish) else { return false };
+        let path = Path::new(text);
+        if path.is_absolute() || text.starts_with('~') {
+            return true;
+        }
+        let mut depth = 0i32;
+        for component in path.components() {
+            match component {
+                Component::ParentDir => depth -= 1,
+                Component::Normal(_) => depth += 1,
+                _ => {}
+            }
+            if depth < 0 {
+                return true;
+            }
+        }
+        false
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_detection() {
+        assert!(reaches_outside(r#"{"path": "/etc/passwd"}"#));
+        assert!(reaches_outside(r#"{"file_path": "../x"}"#));
+        assert!(reaches_outside(r#"{"dir": "~/.ssh"}"#));
+        assert!(!reaches_outside(r#"{"path": "a/../b"}"#));
+        assert!(!reaches_outside(r#"{"pattern": "/regex/"}"#));
+    }
+
+    #[test]
+    fn canonical_ignores_key_order() {
+        assert_eq!(canonical(r#"{"b":2,"a":1}"#), canonical(r#"{"a":1, "b":2}"#));
+    }
+}

@@ -1,0 +1,300 @@
+//! `AgentRunner`: the ReAct loop (spec §5). Channel- and session-agnostic:
+//! it gets an [`AgentRunSpec`], talks to the provider and the tools, and
+//! returns an [`AgentRunResult`]. Persistence happens through checkpoints.
+//!
+//! One iteration: governance on a copy → request → either run the tool calls
+//! (checkpointing before and after) and go on, or finish: retry a blank
+//! answer, continue a `length`-cut one, take injected messages, or stop.
+
+mod execute;
+pub mod governance;
+mod spec;
+
+use std::sync::Arc;
+
+use crate::provider::{ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, Usage};
+use crate::session::{Message, Role, ToolCall};
+
+pub use spec::{AgentHook, AgentRunResult, AgentRunSpec, Checkpoint, CheckpointPhase, InjectionSource, StopReason, ToolEvent};
+
+use execute::{Guards, run_calls};
+use governance::{Governance, input_budget};
+
+/// Messages taken from the injection queue at one drain.
+pub const INJECTIONS_PER_DRAIN: usize = 3;
+
+/// Drains that may extend one run.
+pub const INJECTION_CYCLES: usize = 5;
+
+/// Continuations requested for a `length`-cut answer.
+pub const LENGTH_CONTINUATIONS: usize = 3;
+
+/// Stored in history instead of a provider error, so the next turn's model
+/// does not see (and repeat) an error text as its own words.
+pub const ERROR_PLACEHOLDER: &str = "(No answer: the request to the model failed.)";
+
+const CONTINUE_PROMPT: &str = "Your previous answer was cut off by the length limit. Continue exactly where it stopped, without repeating anything.";
+const ANSWER_NOW_PROMPT: &str = "Answer the user now from the conversation above, in plain text.";
+
+/// Runs agent loops against one provider.
+#[derive(Clone)]
+pub struct AgentRunner {
+    provider: Arc<dyn Provider>,
+}
+
+/// The mutable state of one run.
+struct Run<'a> {
+    spec: &'a AgentRunSpec,
+    messages: Vec<Message>,
+    run_start: usize,
+    usage: Usage,
+    tools_used: Vec<String>,
+    tool_events: Vec<ToolEvent>,
+    governance: Governance,
+    guards: Guards,
+    had_injections: bool,
+    injection_cycles: usize,
+    budget: usize,
+}
+
+impl AgentRunner {
+    /// A runner over `provider`.
+    pub fn new(provider: Arc<dyn Provider>) -> Self {
+        AgentRunner { provider }
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
+    /// Runs the loop to its end.
+    pub async fn run(&self, spec: &AgentRunSpec) -> AgentRunResult {
+        notify(&spec.hooks, |h| h.before_run(spec));
+        let mut run = Run {
+            spec,
+            messages: spec.initial_messages.clone(),
+            run_start: spec.initial_messages.len(),
+            usage: Usage::default(),
+            tools_used: Vec::new(),
+            tool_events: Vec::new(),
+            governance: Governance::default(),
+            guards: Guards::default(),
+            had_injections: false,
+            injection_cycles: 0,
+            budget: input_budget(spec.context_window, spec.max_tokens),
+        };
+        let result = self.iterate(&mut run).await;
+        match result.stop_reason {
+            StopReason::Error => notify(&spec.hooks, |h| h.on_error(result.error.as_deref().unwrap_or_default())),
+            _ => notify(&spec.hooks, |h| h.after_run(&result)),
+        }
+        notify(&spec.hooks, |h| h.on_finally());
+        result
+    }
+
+    async fn iterate(&self, run: &mut Run<'_>) -> AgentRunResult {
+        let spec = run.spec;
+        for iteration in 0..spec.max_iterations {
+            notify(&spec.hooks, |h| h.before_iteration(iteration));
+            let response = self.request(run, true).await;
+            if response.is_error() {
+                return run.fail(response.error);
+            }
+            let calls: Vec<ToolCall> = response.tool_calls.iter().filter(|c| !c.function.name.trim().is_empty()).cloned().collect();
+            let wants_tools = matches!(response.finish_reason, Some(FinishReason::ToolCalls) | Some(FinishReason::Stop) | None);
+            if !calls.is_empty() && wants_tools {
+                self.run_tools(run, iteration, response.content.filter(|c| !c.trim().is_empty()), calls).await;
+                run.inject(INJECTIONS_PER_DRAIN);
+                notify(&spec.hooks, |h| h.after_iteration(iteration));
+                continue;
+            }
+            let answer = match self.finish_answer(run, response).await {
+                Ok(Some(text)) => text,
+                Ok(None) => return run.finish(None, StopReason::EmptyFinalResponse),
+                Err(error) => return run.fail(Some(error)),
+            };
+            run.messages.push(Message::assistant(answer.clone()));
+            notify(&spec.hooks, |h| h.after_iteration(iteration));
+            if run.inject(INJECTIONS_PER_DRAIN) {
+                continue;
+            }
+            run.checkpoint(CheckpointPhase::FinalResponse, iteration, &[]);
+            return run.finish(Some(answer), StopReason::Completed);
+        }
+        self.finalize_at_limit(run).await
+    }
+
+    /// One model request over the governed copy of the conversation.
+    async fn request(&self, run: &mut Run<'_>, with_tools: bool) -> ChatResponse {
+        self.request_with(run, with_tools, &[]).await
+    }
+
+    async fn request_with(&self, run: &mut Run<'_>, with_tools: bool, extra: &[Message]) -> ChatResponse {
+        let spec = run.spec;
+        let tools: Arc<[serde_json::Value]> = if with_tools { spec.tools.definitions().into() } else { Arc::from([]) };
+        let registry = &spec.tools;
+        let mut messages = run.governance.prepare(&run.messages, &tools, run.budget, run.run_start, |name| {
+            registry.spec(name).is_some_and(|s| s.read_only)
+        });
+        messages.extend(extra.iter().cloned());
+        let request = ChatRequest { model: spec.model.clone(), messages, tools, max_tokens: spec.max_tokens, temperature: spec.temperature };
+        let response = match tokio::time::timeout(spec.llm_timeout, self.provider.chat(&request, spec.stream.clone())).await {
+            Ok(response) => response,
+            Err(_) => ChatResponse::failed(ProviderError {
+                status: None,
+                retryable: true,
+                message: format!("the model did not answer within {} s (llm_timeout)", spec.llm_timeout.as_secs()),
+            }),
+        };
+        run.usage += response.usage;
+        response
+    }
+
+    /// Appends the assistant's calls, runs them, appends the results, with a
+    /// checkpoint before and after.
+    async fn run_tools(&self, run: &mut Run<'_>, iteration: usize, text: Option<String>, calls: Vec<ToolCall>) {
+        run.messages.push(Message::assistant_calls(text, calls.clone()));
+        run.checkpoint(CheckpointPhase::AwaitingTools, iteration, &calls);
+        let outcomes = run_calls(run.spec, &calls, &mut run.guards).await;
+        for (call, outcome) in calls.iter().zip(outcomes) {
+            run.tools_used.push(call.function.name.clone());
+            run.messages.push(Message::tool_result(&call.id, &call.function.name, outcome.text));
+            run.tool_events.push(outcome.event);
+        }
+        run.checkpoint(CheckpointPhase::ToolsCompleted, iteration, &[]);
+    }
+
+    /// Turns a no-tools response into the final text: blank answers get a
+    /// retry and then one no-tools "answer now" request; a `length` cut gets
+    /// up to three continuations. `Ok(None)`: still blank.
+    async fn finish_answer(&self, run: &mut Run<'_>, mut response: ChatResponse) -> Result<Option<String>, ProviderError> {
+        if is_blank(&response) {
+            response = self.request(run, true).await;
+            if response.is_error() {
+                return Err(response.error.unwrap_or_else(unknown_error));
+            }
+        }
+        if is_blank(&response) {
+            response = self.request_with(run, false, &[Message::user(ANSWER_NOW_PROMPT)]).await;
+            if response.is_error() {
+                return Err(response.error.unwrap_or_else(unknown_error));
+            }
+            if is_blank(&response) {
+                return Ok(None);
+            }
+        }
+        let mut parts = vec![response.content.clone().unwrap_or_default()];
+        let mut finish = response.finish_reason.clone();
+        for _ in 0..LENGTH_CONTINUATIONS {
+            if finish != Some(FinishReason::Length) {
+                break;
+            }
+            let so_far = parts.concat();
+            let extra = [Message::assistant(so_far), Message::user(CONTINUE_PROMPT)];
+            let next = self.request_with(run, false, &extra).await;
+            if next.is_error() {
+                break;
+            }
+            parts.push(next.content.clone().unwrap_or_default());
+            finish = next.finish_reason.clone();
+        }
+        Ok(Some(parts.concat()))
+    }
+
+    /// `max_iterations` reached: take pending injections, then ask once,
+    /// without tools, for a summary of what was done and what remains.
+    async fn finalize_at_limit(&self, run: &mut Run<'_>) -> AgentRunResult {
+        let limit = run.spec.max_iterations;
+        run.inject(usize::MAX);
+        let prompt = Message::user(format!(
+            "You have used all {limit} tool iterations allowed for this request. Do not call tools. Summarise for the user what you did, what you found, and what remains to be done."
+        ));
+        let response = self.request_with(run, false, &[prompt]).await;
+        let text = response
+            .content
+            .filter(|t| !response.finish_reason.as_ref().is_some_and(|f| *f == FinishReason::Error) && !t.trim().is_empty())
+            .unwrap_or_else(|| format!("I stopped after reaching the limit of {limit} tool iterations before finishing. Ask me to continue if you want me to go on."));
+        run.messages.push(Message::assistant(text.clone()));
+        run.checkpoint(CheckpointPhase::FinalResponse, limit, &[]);
+        run.finish(Some(text), StopReason::MaxIterations)
+    }
+}
+
+impl Run<'_> {
+    /// Takes up to `max` injected messages (and at most [`INJECTION_CYCLES`]
+    /// drains per run); consecutive user messages are merged.
+    fn inject(&mut self, max: usize) -> bool {
+        let Some(source) = &self.spec.injections else { return false };
+        if self.injection_cycles >= INJECTION_CYCLES && max != usize::MAX {
+            return false;
+        }
+        let injected = source.drain(max);
+        if injected.is_empty() {
+            return false;
+        }
+        self.injection_cycles += 1;
+        self.had_injections = true;
+        for message in injected {
+            match self.messages.last_mut() {
+                Some(last) if last.role == Role::User && message.role == Role::User && last.tool_calls.is_empty() => {
+                    let merged = format!("{}\n\n{}", last.text(), message.text());
+                    last.content = Some(merged);
+                }
+                _ => self.messages.push(message),
+            }
+        }
+        true
+    }
+
+    fn checkpoint(&self, phase: CheckpointPhase, iteration: usize, pending: &[ToolCall]) {
+        if let Some(save) = &self.spec.checkpoint {
+            let checkpoint = Checkpoint {
+                phase,
+                iteration,
+                messages: self.messages[self.run_start..].to_vec(),
+                pending_tool_calls: pending.to_vec(),
+            };
+            save(&checkpoint);
+        }
+    }
+
+    fn finish(&mut self, final_content: Option<String>, stop_reason: StopReason) -> AgentRunResult {
+        AgentRunResult {
+            final_content,
+            messages: std::mem::take(&mut self.messages),
+            tools_used: std::mem::take(&mut self.tools_used),
+            usage: self.usage,
+            stop_reason,
+            error: None,
+            tool_events: std::mem::take(&mut self.tool_events),
+            had_injections: self.had_injections,
+        }
+    }
+
+    /// A provider error: the user sees the error, history keeps a neutral
+    /// placeholder.
+    fn fail(&mut self, error: Option<ProviderError>) -> AgentRunResult {
+        let error = error.unwrap_or_else(unknown_error);
+        self.messages.push(Message::assistant(ERROR_PLACEHOLDER));
+        let mut result = self.finish(Some(format!("Sorry, the model request failed: {}", error.message)), StopReason::Error);
+        result.error = Some(error.message);
+        result
+    }
+}
+
+fn is_blank(response: &ChatResponse) -> bool {
+    response.tool_calls.is_empty() && response.content.as_deref().is_none_or(|t| t.trim().is_empty())
+}
+
+fn unknown_error() -> ProviderError {
+    ProviderError { status: None, retryable: false, message: "the provider reported an error without details".into() }
+}
+
+fn notify(hooks: &[Arc<dyn AgentHook>], call: impl Fn(&dyn AgentHook) -> Result<(), String>) {
+    for hook in hooks {
+        if let Err(e) = call(hook.as_ref()) {
+            tracing::warn!("agent hook failed: {e}");
+        }
+    }
+}

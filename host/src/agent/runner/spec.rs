@@ -1,0 +1,169 @@
+//! What a run is given (`AgentRunSpec`) and what it returns
+//! (`AgentRunResult`), plus the hook and checkpoint types (spec §5).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::plugins::CallContext;
+use crate::provider::{StreamSink, Usage};
+use crate::session::{Message, ToolCall};
+use crate::tools::ToolRegistry;
+
+/// Everything one run needs. The runner knows no channel and no session
+/// store: persistence happens through the checkpoint callback.
+#[derive(Clone)]
+pub struct AgentRunSpec {
+    /// System prompt, history and the current user message.
+    pub initial_messages: Vec<Message>,
+    /// The tools the model may call.
+    pub tools: ToolRegistry,
+    /// Model name.
+    pub model: String,
+    /// Model requests with tools before the run is cut short.
+    pub max_iterations: usize,
+    /// Tool results longer than this are saved to the workspace and replaced
+    /// by a reference with a preview.
+    pub max_tool_result_chars: usize,
+    /// Completion token cap per request.
+    pub max_tokens: u32,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// The model's context window, in tokens.
+    pub context_window: usize,
+    /// Wall-clock limit of one model request.
+    pub llm_timeout: Duration,
+    /// Observers; a failing hook is logged, never fatal.
+    pub hooks: Vec<Arc<dyn AgentHook>>,
+    /// Where oversized tool results are saved.
+    pub workspace: PathBuf,
+    /// Identifies the conversation to plugins.
+    pub call_context: CallContext,
+    /// Receives each checkpoint; the turn persists it.
+    pub checkpoint: Option<Arc<dyn Fn(&Checkpoint) + Send + Sync>>,
+    /// Messages that arrived for this session while the run was going.
+    pub injections: Option<Arc<dyn InjectionSource>>,
+    /// Streams answer text as it arrives.
+    pub stream: Option<StreamSink>,
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model answered.
+    Completed,
+    /// `max_iterations` was reached.
+    MaxIterations,
+    /// The provider failed.
+    Error,
+    /// A tool failed in a way that ended the run.
+    ToolError,
+    /// The model gave no answer even after the recovery requests.
+    EmptyFinalResponse,
+}
+
+/// One tool call as it happened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolEvent {
+    /// Tool name.
+    pub name: String,
+    /// The model's call id.
+    pub call_id: String,
+    /// Whether it produced a result (not an error).
+    pub ok: bool,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct AgentRunResult {
+    /// The answer for the user (for a provider error: the error message).
+    pub final_content: Option<String>,
+    /// The whole conversation: initial messages, then what this run added.
+    pub messages: Vec<Message>,
+    /// Names of the tools called, in order.
+    pub tools_used: Vec<String>,
+    /// Tokens over all requests.
+    pub usage: Usage,
+    /// Why it ended.
+    pub stop_reason: StopReason,
+    /// The error, for `Error` runs.
+    pub error: Option<String>,
+    /// Every tool call with its outcome.
+    pub tool_events: Vec<ToolEvent>,
+    /// Whether messages were injected during the run.
+    pub had_injections: bool,
+}
+
+/// The runner's progress, persisted so a crash or `/stop` loses nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// `awaiting_tools`, `tools_completed` or `final_response`.
+    pub phase: CheckpointPhase,
+    /// Iteration the checkpoint was taken in.
+    pub iteration: usize,
+    /// Everything this run added so far (assistant messages, tool results,
+    /// injected messages).
+    pub messages: Vec<Message>,
+    /// Calls of the last assistant message that have no result yet.
+    pub pending_tool_calls: Vec<ToolCall>,
+}
+
+/// Where in an iteration a checkpoint was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointPhase {
+    /// The assistant asked for tools; they are running.
+    AwaitingTools,
+    /// All tool results are in.
+    ToolsCompleted,
+    /// The final answer is in.
+    FinalResponse,
+}
+
+/// Supplies messages that arrived mid-run.
+pub trait InjectionSource: Send + Sync {
+    /// Takes up to `max` waiting messages.
+    fn drain(&self, max: usize) -> Vec<Message>;
+}
+
+/// Observes a run. Every method has a no-op default; an `Err` is logged and
+/// the run goes on. Cancellation (a dropped run) calls nothing.
+pub trait AgentHook: Send + Sync {
+    /// Before the first request.
+    fn before_run(&self, _spec: &AgentRunSpec) -> Result<(), String> {
+        Ok(())
+    }
+    /// Before each iteration's request.
+    fn before_iteration(&self, _iteration: usize) -> Result<(), String> {
+        Ok(())
+    }
+    /// Before a tool runs.
+    fn before_tool(&self, _call: &ToolCall) -> Result<(), String> {
+        Ok(())
+    }
+    /// After a tool ran.
+    fn after_tool(&self, _call: &ToolCall, _result: &str, _ok: bool) -> Result<(), String> {
+        Ok(())
+    }
+    /// After each iteration.
+    fn after_iteration(&self, _iteration: usize) -> Result<(), String> {
+        Ok(())
+    }
+    /// After a run that did not end in a provider error.
+    fn after_run(&self, _result: &AgentRunResult) -> Result<(), String> {
+        Ok(())
+    }
+    /// After a run that ended in a provider error.
+    fn on_error(&self, _error: &str) -> Result<(), String> {
+        Ok(())
+    }
+    /// After every run.
+    fn on_finally(&self) -> Result<(), String> {
+        Ok(())
+    }
+}

@@ -1,0 +1,43 @@
+//! COMMAND: slash commands. A handled command is a shortcut to DONE; it and
+//! its reply are saved with the `_command` marker (never replayed to the
+//! model), except `/new`, which empties the session.
+
+use super::{TurnContext, TurnError, TurnEvent};
+use crate::agent::commands::{self, Command, Parsed};
+use crate::agent::core::AgentCore;
+use crate::bus::OutboundMessage;
+use crate::session::{COMMAND_MARKER, Message};
+
+/// Reply to `/new`.
+pub const NEW_SESSION_TEXT: &str = "Started a new conversation. The previous one is archived.";
+
+pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+    let reply = match commands::parse(&ctx.inbound.content) {
+        Parsed::NotACommand => return Ok(TurnEvent::Dispatch),
+        Parsed::Unknown { name, suggestion } => commands::unknown_text(&name, suggestion),
+        Parsed::Known(Command::Help) => commands::help_text(),
+        Parsed::Known(Command::Status) => core.status_text(ctx.session_mut()?),
+        // A /stop that reaches a turn found nothing running (a running turn
+        // is stopped by the loop before any lock is taken).
+        Parsed::Known(Command::Stop) => "No task is running.".to_string(),
+        Parsed::Known(Command::New) => {
+            let ephemeral = ctx.ephemeral;
+            let session = ctx.session_mut()?;
+            session.clear();
+            if !ephemeral {
+                core.sessions.save(session)?;
+            }
+            ctx.outbound = Some(OutboundMessage::reply(&ctx.inbound.channel, &ctx.inbound.chat_id, NEW_SESSION_TEXT));
+            return Ok(TurnEvent::Shortcut);
+        }
+    };
+    let content = ctx.inbound.content.clone();
+    let session = ctx.session_mut()?;
+    session.push(Message::user(content).with_meta(COMMAND_MARKER, true));
+    session.push(Message::assistant(reply.clone()).with_meta(COMMAND_MARKER, true));
+    if !ctx.ephemeral {
+        core.sessions.save(ctx.session_mut()?)?;
+    }
+    ctx.outbound = Some(OutboundMessage::reply(&ctx.inbound.channel, &ctx.inbound.chat_id, reply));
+    Ok(TurnEvent::Shortcut)
+}

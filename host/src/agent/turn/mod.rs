@@ -1,0 +1,233 @@
+//! The turn state machine (spec §4): one inbound message, end to end.
+//!
+//! `RESTORE → COMPACT → COMMAND → BUILD → RUN → SAVE → RESPOND → DONE`;
+//! COMMAND may jump to DONE (`shortcut`). Each state is a small async handler
+//! in its own file that reads and writes the [`TurnContext`] and returns an
+//! event; [`drive`] looks the next state up in [`TRANSITIONS`] and records a
+//! [`StateTraceEntry`] per step. The driver, not the handlers, keeps the
+//! trace, so no handler can forget it.
+
+mod build;
+mod command;
+mod compact;
+mod respond;
+mod restore;
+mod run;
+mod save;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::core::AgentCore;
+use super::pending::PendingQueue;
+use super::runner::{AgentRunResult, StopReason};
+use crate::bus::{InboundMessage, OutboundMessage};
+use crate::provider::StreamSink;
+use crate::session::{Message, Session, SessionError};
+
+pub use restore::materialize_checkpoint;
+
+/// A state of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum TurnState {
+    /// Load or create the session; recover from a crash.
+    Restore,
+    /// Pick up the result of background compaction.
+    Compact,
+    /// Handle slash commands.
+    Command,
+    /// Assemble the prompt; persist the user message.
+    Build,
+    /// Run the agent.
+    Run,
+    /// Persist the run's messages.
+    Save,
+    /// Produce the outbound message.
+    Respond,
+    /// Finished.
+    Done,
+}
+
+/// What a handler reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnEvent {
+    /// Go on to the next state.
+    Ok,
+    /// COMMAND handled the message: skip to DONE.
+    Shortcut,
+    /// COMMAND found no command: go on to BUILD.
+    Dispatch,
+}
+
+/// The transition table. A pair missing here is a bug, reported as
+/// [`TurnError::NoTransition`].
+pub const TRANSITIONS: &[(TurnState, TurnEvent, TurnState)] = &[
+    (TurnState::Restore, TurnEvent::Ok, TurnState::Compact),
+    (TurnState::Compact, TurnEvent::Ok, TurnState::Command),
+    (TurnState::Command, TurnEvent::Dispatch, TurnState::Build),
+    (TurnState::Command, TurnEvent::Shortcut, TurnState::Done),
+    (TurnState::Build, TurnEvent::Ok, TurnState::Run),
+    (TurnState::Run, TurnEvent::Ok, TurnState::Save),
+    (TurnState::Save, TurnEvent::Ok, TurnState::Respond),
+    (TurnState::Respond, TurnEvent::Ok, TurnState::Done),
+];
+
+/// One step of a turn, for logs, `/status` and tests.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StateTraceEntry {
+    /// The state that ran.
+    pub state: TurnState,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// How long it took.
+    pub duration_ms: f64,
+    /// What it reported; `None` when it failed.
+    pub event: Option<TurnEvent>,
+    /// Its error, if it failed.
+    pub error: Option<String>,
+}
+
+/// Why a turn failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    /// The transition table has no entry for this pair.
+    #[error("turn {turn}: no transition from {state:?} on {event:?}")]
+    NoTransition { turn: String, state: TurnState, event: TurnEvent },
+    /// The session could not be read or written.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// A state needed something an earlier state should have set.
+    #[error("turn {turn}: state {state:?} ran without {missing}")]
+    Missing { turn: String, state: TurnState, missing: &'static str },
+}
+
+/// The working state of one turn. Only the turn's data: shared services are
+/// in [`AgentCore`].
+pub struct TurnContext {
+    /// The message being handled.
+    pub inbound: InboundMessage,
+    /// `inbound.session_key()`.
+    pub session_key: String,
+    /// The session, from RESTORE on.
+    pub session: Option<Session>,
+    /// The current state.
+    pub state: TurnState,
+    /// One entry per state run.
+    pub trace: Vec<StateTraceEntry>,
+    /// Replayed history (BUILD).
+    pub history: Vec<Message>,
+    /// What the runner starts from (BUILD).
+    pub initial_messages: Vec<Message>,
+    /// The reply text.
+    pub final_content: Option<String>,
+    /// Tools called.
+    pub tools_used: Vec<String>,
+    /// How the run ended.
+    pub stop_reason: Option<StopReason>,
+    /// Messages were injected mid-run.
+    pub had_injections: bool,
+    /// Where messages for this session wait while the turn runs.
+    pub pending: Option<Arc<PendingQueue>>,
+    /// Summary handed from COMPACT to BUILD.
+    pub pending_summary: Option<String>,
+    /// Streams the reply as it is generated.
+    pub stream: Option<StreamSink>,
+    /// Internal turn: nothing is persisted.
+    pub ephemeral: bool,
+    /// The runner's full result (RUN → SAVE).
+    pub run_result: Option<AgentRunResult>,
+    /// A `message` tool already delivered to this chat during the turn.
+    pub sent_to_chat: bool,
+    /// The reply (RESPOND), also for COMMAND shortcuts.
+    pub outbound: Option<OutboundMessage>,
+    /// When the turn started, for the user-perceived latency.
+    pub started: Instant,
+}
+
+impl TurnContext {
+    /// A fresh context for `inbound`.
+    pub fn new(inbound: InboundMessage) -> Self {
+        TurnContext {
+            session_key: inbound.session_key(),
+            inbound,
+            session: None,
+            state: TurnState::Restore,
+            trace: Vec::new(),
+            history: Vec::new(),
+            initial_messages: Vec::new(),
+            final_content: None,
+            tools_used: Vec::new(),
+            stop_reason: None,
+            had_injections: false,
+            pending: None,
+            pending_summary: None,
+            stream: None,
+            ephemeral: false,
+            run_result: None,
+            sent_to_chat: false,
+            outbound: None,
+            started: Instant::now(),
+        }
+    }
+
+    /// The session; an error naming the state if RESTORE has not run.
+    pub fn session_mut(&mut self) -> Result<&mut Session, TurnError> {
+        let (turn, state) = (self.session_key.clone(), self.state);
+        self.session.as_mut().ok_or(TurnError::Missing { turn, state, missing: "a session" })
+    }
+}
+
+/// Runs the handler of `state`.
+async fn handle(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+    match ctx.state {
+        TurnState::Restore => restore::run(core, ctx).await,
+        TurnState::Compact => compact::run(core, ctx).await,
+        TurnState::Command => command::run(core, ctx).await,
+        TurnState::Build => build::run(core, ctx).await,
+        TurnState::Run => run::run(core, ctx).await,
+        TurnState::Save => save::run(core, ctx).await,
+        TurnState::Respond => respond::run(core, ctx).await,
+        TurnState::Done => Ok(TurnEvent::Ok),
+    }
+}
+
+/// Drives `ctx` from its state to DONE.
+pub async fn drive(core: &AgentCore, ctx: &mut TurnContext) -> Result<(), TurnError> {
+    while ctx.state != TurnState::Done {
+        let started_at = Utc::now();
+        let clock = Instant::now();
+        let outcome = handle(core, ctx).await;
+        let duration_ms = clock.elapsed().as_secs_f64() * 1e3;
+        match outcome {
+            Ok(event) => {
+                ctx.trace.push(StateTraceEntry { state: ctx.state, started_at, duration_ms, event: Some(event), error: None });
+                let next = TRANSITIONS.iter().find(|(s, e, _)| *s == ctx.state && *e == event).map(|(_, _, n)| *n);
+                ctx.state = next.ok_or_else(|| TurnError::NoTransition { turn: ctx.session_key.clone(), state: ctx.state, event })?;
+            }
+            Err(e) => {
+                ctx.trace.push(StateTraceEntry { state: ctx.state, started_at, duration_ms, event: None, error: Some(e.to_string()) });
+                return Err(e);
+            }
+        }
+    }
+    tracing::debug!(session = %ctx.session_key, trace = ?ctx.trace.iter().map(|t| (t.state, t.duration_ms)).collect::<Vec<_>>(), "turn done");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_but_done_has_an_exit() {
+        for state in [TurnState::Restore, TurnState::Compact, TurnState::Command, TurnState::Build, TurnState::Run, TurnState::Save, TurnState::Respond] {
+            assert!(TRANSITIONS.iter().any(|(s, _, _)| *s == state), "{state:?}");
+        }
+        assert!(!TRANSITIONS.iter().any(|(s, _, _)| *s == TurnState::Done));
+    }
+}

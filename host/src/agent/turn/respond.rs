@@ -1,0 +1,24 @@
+//! RESPOND: the reply as an `OutboundMessage`, with the user-perceived
+//! latency; nothing when a `message` tool already answered this chat.
+
+use serde_json::Value;
+
+use super::{TurnContext, TurnError, TurnEvent};
+use crate::agent::core::AgentCore;
+use crate::bus::{OutboundKind, OutboundMessage};
+
+pub async fn run(_core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+    if ctx.sent_to_chat && !ctx.had_injections {
+        return Ok(TurnEvent::Ok);
+    }
+    let text = ctx.final_content.clone().unwrap_or_default();
+    let mut reply = OutboundMessage::reply(&ctx.inbound.channel, &ctx.inbound.chat_id, text);
+    reply.kind = OutboundKind::Message { streamed: ctx.stream.is_some() };
+    let latency_ms = ctx.started.elapsed().as_millis() as u64;
+    reply.metadata.insert("latency_ms".into(), Value::from(latency_ms));
+    if let Some(id) = ctx.inbound.metadata.get("message_id") {
+        reply.reply_to = id.as_str().map(str::to_string).or_else(|| Some(id.to_string()));
+    }
+    ctx.outbound = Some(reply);
+    Ok(TurnEvent::Ok)
+}

@@ -1,0 +1,63 @@
+//! SAVE: append what the run added to the session, clear the turn's
+//! crash-recovery flags, and write it all at once.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+use super::{TurnContext, TurnError, TurnEvent};
+use crate::agent::core::AgentCore;
+use crate::session::{Message, PENDING_USER_TURN, RUNTIME_CHECKPOINT, Role};
+
+/// Stored and sent when the run ended without an answer.
+pub const NO_FINAL_ANSWER: &str = "I completed the tool steps but have no final answer to give. Ask me to summarise if you need one.";
+
+pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+    let result = ctx.run_result.take().ok_or(TurnError::Missing { turn: ctx.session_key.clone(), state: ctx.state, missing: "a run result" })?;
+    let blank = ctx.final_content.as_deref().is_none_or(|t| t.trim().is_empty());
+    let mut added: Vec<Message> = result.messages.get(ctx.initial_messages.len()..).unwrap_or_default().to_vec();
+    if blank {
+        ctx.final_content = Some(NO_FINAL_ANSWER.to_string());
+        added.push(Message::assistant(NO_FINAL_ANSWER));
+    }
+    let limit = core.settings.max_tool_result_chars;
+    let ephemeral = ctx.ephemeral;
+    let session = ctx.session_mut()?;
+    let mut answered: HashSet<String> = session.messages.iter().filter_map(|m| m.tool_call_id.clone()).collect();
+    let mut known: HashSet<String> = session.messages.iter().flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone())).collect();
+    for mut message in added {
+        match message.role {
+            Role::Assistant if message.text().trim().is_empty() && message.tool_calls.is_empty() => continue,
+            Role::Tool => {
+                let id = message.tool_call_id.clone().unwrap_or_default();
+                if !known.contains(&id) || !answered.insert(id) {
+                    continue;
+                }
+                truncate(&mut message, limit);
+            }
+            _ => known.extend(message.tool_calls.iter().map(|c| c.id.clone())),
+        }
+        session.push(message);
+    }
+    session.set_meta(PENDING_USER_TURN, None);
+    session.set_meta(RUNTIME_CHECKPOINT, None);
+    let usage = session.metadata.get("usage").cloned().unwrap_or(Value::Null);
+    let total = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let usage = json!({
+        "prompt_tokens": total("prompt_tokens") + result.usage.prompt_tokens,
+        "completion_tokens": total("completion_tokens") + result.usage.completion_tokens,
+    });
+    session.set_meta("usage", Some(usage));
+    if !ephemeral {
+        core.sessions.save(session)?;
+    }
+    Ok(TurnEvent::Ok)
+}
+
+fn truncate(message: &mut Message, limit: usize) {
+    let text = message.text();
+    if text.chars().count() > limit {
+        let head: String = text.chars().take(limit).collect();
+        message.content = Some(format!("{head}\n[truncated to {limit} characters]"));
+    }
+}

@@ -1,0 +1,179 @@
+//! The message bus between channels and the agent (spec §2).
+//!
+//! Channels publish [`InboundMessage`]s and consume [`OutboundMessage`]s; the
+//! agent loop does the opposite. Neither side knows the other: a channel never
+//! calls the model, the loop never knows a platform.
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tokio::sync::{Mutex, mpsc};
+
+/// The channel name reserved for internal messages (subagent results,
+/// continuations, re-published leftovers keep their own channel).
+pub const SYSTEM_CHANNEL: &str = "system";
+
+/// A message arriving from a channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InboundMessage {
+    /// Channel name (`telegram`, `cli`, `system`).
+    pub channel: String,
+    /// Who sent it, as the platform names them.
+    pub sender_id: String,
+    /// The chat it belongs to.
+    pub chat_id: String,
+    /// The text.
+    pub content: String,
+    /// When it was sent.
+    pub timestamp: DateTime<Utc>,
+    /// Attached files, already downloaded by the channel.
+    #[serde(default)]
+    pub media: Vec<PathBuf>,
+    /// Platform extras. Keys starting with `_` are internal: see
+    /// [`InboundMessage::from_client`].
+    #[serde(default)]
+    pub metadata: Map<String, Value>,
+    /// Routes the message to another session than `{channel}:{chat_id}`.
+    #[serde(default)]
+    pub session_key_override: Option<String>,
+}
+
+impl InboundMessage {
+    /// A message with no media or metadata.
+    pub fn new(channel: impl Into<String>, sender_id: impl Into<String>, chat_id: impl Into<String>, content: impl Into<String>) -> Self {
+        InboundMessage {
+            channel: channel.into(),
+            sender_id: sender_id.into(),
+            chat_id: chat_id.into(),
+            content: content.into(),
+            timestamp: Utc::now(),
+            media: Vec::new(),
+            metadata: Map::new(),
+            session_key_override: None,
+        }
+    }
+
+    /// Sanitises a message built from client input: internal (`_`) metadata
+    /// keys are removed so a client cannot set host-only flags.
+    pub fn from_client(mut self) -> Self {
+        self.metadata.retain(|k, _| !k.starts_with('_'));
+        self
+    }
+
+    /// `session_key_override`, else `{channel}:{chat_id}`.
+    pub fn session_key(&self) -> String {
+        self.session_key_override.clone().unwrap_or_else(|| format!("{}:{}", self.channel, self.chat_id))
+    }
+}
+
+/// What an outbound event carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum OutboundKind {
+    /// A reply to show. `streamed` means its text already went out as
+    /// deltas, so a channel must not send it again.
+    Message { streamed: bool },
+    /// A progress or tool hint ("running read_file").
+    Progress,
+    /// A piece of streamed reply text.
+    StreamDelta,
+    /// The streamed reply is complete.
+    StreamEnd,
+    /// The turn finished (with or without a reply).
+    TurnEnd,
+}
+
+/// A message or event for a channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboundMessage {
+    /// Target channel.
+    pub channel: String,
+    /// Target chat.
+    pub chat_id: String,
+    /// Text (a reply, a progress line or a delta).
+    pub content: String,
+    /// The platform message this answers, when known.
+    #[serde(default)]
+    pub reply_to: Option<String>,
+    /// Files to send.
+    #[serde(default)]
+    pub media: Vec<PathBuf>,
+    /// Extras, e.g. `latency_ms` on a reply.
+    #[serde(default)]
+    pub metadata: Map<String, Value>,
+    /// What this is.
+    pub kind: OutboundKind,
+}
+
+impl OutboundMessage {
+    /// A reply to `chat_id` on `channel`.
+    pub fn reply(channel: impl Into<String>, chat_id: impl Into<String>, content: impl Into<String>) -> Self {
+        OutboundMessage {
+            channel: channel.into(),
+            chat_id: chat_id.into(),
+            content: content.into(),
+            reply_to: None,
+            media: Vec::new(),
+            metadata: Map::new(),
+            kind: OutboundKind::Message { streamed: false },
+        }
+    }
+
+    /// An event of `kind` for the chat of `to`.
+    pub fn event(to: &InboundMessage, kind: OutboundKind, content: impl Into<String>) -> Self {
+        OutboundMessage { kind, ..OutboundMessage::reply(&to.channel, &to.chat_id, content) }
+    }
+}
+
+/// Two unbounded queues: inbound (channels → loop) and outbound (loop →
+/// channels). Unbounded because a re-published leftover must never block or
+/// be dropped; producers are humans and the loop itself.
+pub struct MessageBus {
+    inbound_tx: mpsc::UnboundedSender<InboundMessage>,
+    inbound_rx: Mutex<mpsc::UnboundedReceiver<InboundMessage>>,
+    outbound_tx: mpsc::UnboundedSender<OutboundMessage>,
+    outbound_rx: Mutex<mpsc::UnboundedReceiver<OutboundMessage>>,
+}
+
+impl Default for MessageBus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MessageBus {
+    /// Empty queues.
+    pub fn new() -> Self {
+        let (inbound_tx, inbound_rx) = mpsc::unbounded_channel();
+        let (outbound_tx, outbound_rx) = mpsc::unbounded_channel();
+        MessageBus { inbound_tx, inbound_rx: Mutex::new(inbound_rx), outbound_tx, outbound_rx: Mutex::new(outbound_rx) }
+    }
+
+    /// Queues a message for the agent.
+    pub fn publish_inbound(&self, message: InboundMessage) {
+        // The receiver lives as long as the bus, so sending cannot fail.
+        let _ = self.inbound_tx.send(message);
+    }
+
+    /// Queues a message or event for the channels.
+    pub fn publish_outbound(&self, message: OutboundMessage) {
+        let _ = self.outbound_tx.send(message);
+    }
+
+    /// The next inbound message.
+    pub async fn consume_inbound(&self) -> Option<InboundMessage> {
+        self.inbound_rx.lock().await.recv().await
+    }
+
+    /// The next outbound message or event.
+    pub async fn consume_outbound(&self) -> Option<OutboundMessage> {
+        self.outbound_rx.lock().await.recv().await
+    }
+
+    /// An outbound message if one is queued, without waiting.
+    pub fn try_consume_outbound(&self) -> Option<OutboundMessage> {
+        self.outbound_rx.try_lock().ok()?.try_recv().ok()
+    }
+}

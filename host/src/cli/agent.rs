@@ -1,0 +1,156 @@
+//! `chitin agent`: one message (`-m`) or an interactive chat.
+//!
+//! The reply goes to stdout; progress and tool hints go to stderr behind a
+//! spinner, so `chitin agent -m ... > answer.txt` captures only the answer.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use rustyline::DefaultEditor;
+use rustyline::error::ReadlineError;
+
+use chitin::agent::runner::AgentHook;
+use chitin::agent::{AgentLoop, TurnOutcome};
+use chitin::app::AppOptions;
+use chitin::bus::MessageBus;
+use chitin::config::DataDir;
+use chitin::session::ToolCall;
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Send this message and print the reply (otherwise: interactive chat).
+    #[arg(short, long)]
+    message: Option<String>,
+    /// Session name; messages of one session share history.
+    #[arg(short, long, default_value = "cli:direct")]
+    session: String,
+}
+
+/// Shows what the agent is doing on stderr.
+struct Progress {
+    spinner: ProgressBar,
+}
+
+impl Progress {
+    fn new() -> Arc<Self> {
+        let spinner = if std::io::stderr().is_terminal() { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
+        spinner.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
+        Arc::new(Progress { spinner })
+    }
+
+    fn start(&self) {
+        self.spinner.reset();
+        self.spinner.set_message("thinking…");
+        self.spinner.enable_steady_tick(Duration::from_millis(100));
+    }
+
+    fn stop(&self) {
+        self.spinner.finish_and_clear();
+    }
+}
+
+impl AgentHook for Progress {
+    fn before_tool(&self, call: &ToolCall) -> Result<(), String> {
+        let args: String = call.function.arguments.chars().take(80).collect();
+        self.spinner.println(format!("  ↳ {}({args})", call.function.name));
+        self.spinner.set_message(format!("running {}…", call.function.name));
+        Ok(())
+    }
+
+    fn after_iteration(&self, _iteration: usize) -> Result<(), String> {
+        self.spinner.set_message("thinking…");
+        Ok(())
+    }
+}
+
+pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow::Result<std::process::ExitCode> {
+    let app = super::open_app(data, options)?;
+    let provider = app.provider()?;
+    let progress = Progress::new();
+    let core = Arc::new(app.agent_core(provider, Arc::new(MessageBus::new()), vec![progress.clone()]));
+    let agent = AgentLoop::new(core);
+    match args.message {
+        Some(message) => one_shot(&agent, &progress, &message, &args.session).await,
+        None => interactive(&agent, &progress, &args.session, &app.data).await,
+    }
+}
+
+async fn one_shot(agent: &AgentLoop, progress: &Progress, message: &str, session: &str) -> anyhow::Result<std::process::ExitCode> {
+    progress.start();
+    let outcome = agent.process_direct(message, session, None).await;
+    progress.stop();
+    agent.core().sessions.sync().context("syncing the session")?;
+    print_outcome(outcome)
+}
+
+fn print_outcome(outcome: TurnOutcome) -> anyhow::Result<std::process::ExitCode> {
+    match outcome {
+        TurnOutcome::Done(ctx) => {
+            if let Some(reply) = ctx.outbound {
+                println!("{}", reply.content);
+            }
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        TurnOutcome::Cancelled => {
+            eprintln!("(stopped)");
+            Ok(std::process::ExitCode::FAILURE)
+        }
+        TurnOutcome::Failed(e) => {
+            eprintln!("error: {e}");
+            Ok(std::process::ExitCode::FAILURE)
+        }
+    }
+}
+
+async fn interactive(agent: &AgentLoop, progress: &Arc<Progress>, session: &str, data: &DataDir) -> anyhow::Result<std::process::ExitCode> {
+    let mut editor = DefaultEditor::new().context("starting the line editor")?;
+    let history = data.cli_history_file();
+    let _ = editor.load_history(&history);
+    eprintln!("chitin — session {session}. Type /help for commands, `exit` to leave, Ctrl-C stops a running turn.");
+    loop {
+        let line = match editor.readline("you › ") {
+            Ok(line) => line,
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => break,
+            Err(e) => return Err(e).context("reading input"),
+        };
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        if matches!(text, "exit" | "quit" | ":q") {
+            break;
+        }
+        let _ = editor.add_history_entry(text);
+        progress.start();
+        let turn = agent.process_direct(text, session, None);
+        tokio::pin!(turn);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut turn => break outcome,
+                _ = tokio::signal::ctrl_c() => {
+                    // Stop the turn; its finished tool steps are kept.
+                    agent.stop(session);
+                }
+            }
+        };
+        progress.stop();
+        match outcome {
+            TurnOutcome::Done(ctx) => {
+                if let Some(reply) = ctx.outbound {
+                    println!("chitin › {}\n", reply.content);
+                }
+            }
+            TurnOutcome::Cancelled => eprintln!("(stopped; finished tool steps are kept)\n"),
+            TurnOutcome::Failed(e) => eprintln!("error: {e}\n"),
+        }
+        std::io::stdout().flush().ok();
+    }
+    let _ = editor.save_history(&history);
+    agent.core().sessions.sync().context("syncing the session")?;
+    Ok(std::process::ExitCode::SUCCESS)
+}

@@ -1,0 +1,570 @@
+//! [`MockLlm`]: a scripted OpenAI-compatible chat-completions server on
+//! 127.0.0.1, for tests and benchmarks that must run offline.
+//!
+//! The server runs on its own thread with its own single-threaded tokio
+//! runtime, so it works under any test runtime (or none), keeps serving while
+//! the test's runtime is busy or paused, and stops when the `MockLlm` is
+//! dropped (hung replies included). HTTP/1.1 with keep-alive, as real APIs,
+//! so a client's connection reuse is exercised.
+//!
+//! Each request to `POST /v1/chat/completions` (or `/chat/completions`) is
+//! recorded, then answered with the next [`MockReply`] of the [`Script`] (or
+//! by a handler). A request with `"stream": true` gets the same reply as
+//! server-sent events, the way OpenAI streams it.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// The reply used once the script is exhausted, unless another is set.
+pub const SCRIPT_EXHAUSTED: &str = "(script exhausted)";
+
+/// The `created` timestamp of every mock answer (fixed, for stable output).
+const CREATED: u64 = 1_700_000_000;
+
+/// One scripted answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MockReply {
+    /// A text answer, finish reason `stop`.
+    Text(String),
+    /// Tool calls as (name, raw JSON arguments), finish reason `tool_calls`;
+    /// ids are `call_1`, `call_2`, … numbered across the mock's lifetime, so
+    /// they stay unique within a conversation.
+    ToolCalls(Vec<(String, String)>),
+    /// Text and tool calls together, finish reason `tool_calls`.
+    TextAndToolCalls(String, Vec<(String, String)>),
+    /// A text cut at the token limit: finish reason `length`.
+    Length(String),
+    /// An empty answer: content `""`, finish reason `stop`.
+    Blank,
+    /// An HTTP error: `status` with `body` (sent as JSON) and an optional
+    /// `Retry-After` header.
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// Response body, sent as is.
+        body: String,
+        /// `Retry-After` header value (`"0"`, `"2"`, an HTTP date).
+        retry_after: Option<String>,
+    },
+    /// Never answers; the client has to give up (time out).
+    Hang,
+    /// This raw body with status 200 and a JSON content type.
+    Malformed(String),
+    /// This exact JSON body with status 200, even for a streaming request.
+    Raw(Value),
+    /// This raw body with status 200 and the `text/event-stream` type.
+    RawSse(String),
+    /// Sends the text (as deltas when streaming, as the start of a JSON body
+    /// otherwise), then breaks the connection before the answer ends.
+    Truncated(String),
+}
+
+impl MockReply {
+    /// A text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        MockReply::Text(text.into())
+    }
+
+    /// One tool call.
+    pub fn tool_call(name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        MockReply::ToolCalls(vec![(name.into(), arguments.into())])
+    }
+
+    /// An HTTP error with a raw body and no `Retry-After`.
+    pub fn status(status: u16, body: impl Into<String>) -> Self {
+        MockReply::Status { status, body: body.into(), retry_after: None }
+    }
+
+    /// An HTTP error with an OpenAI-shaped body:
+    /// `{"error": {"message": …, "type": …, "code": null}}`.
+    pub fn api_error(status: u16, message: &str) -> Self {
+        let kind = match status {
+            401 | 403 => "authentication_error",
+            429 => "rate_limit_error",
+            400..=499 => "invalid_request_error",
+            _ => "server_error",
+        };
+        MockReply::status(status, json!({"error": {"message": message, "type": kind, "code": null}}).to_string())
+    }
+}
+
+/// A queue of replies, one per request, then a default reply forever.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Script {
+    replies: VecDeque<MockReply>,
+    default: MockReply,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Script { replies: VecDeque::new(), default: MockReply::text(SCRIPT_EXHAUSTED) }
+    }
+}
+
+impl Script {
+    /// `replies` in order, then `Text("(script exhausted)")`.
+    pub fn new(replies: impl IntoIterator<Item = MockReply>) -> Self {
+        Script { replies: replies.into_iter().collect(), ..Default::default() }
+    }
+
+    /// Appends a reply.
+    pub fn then(mut self, reply: MockReply) -> Self {
+        self.replies.push_back(reply);
+        self
+    }
+
+    /// The reply once the queue is empty.
+    pub fn or_else(mut self, default: MockReply) -> Self {
+        self.default = default;
+        self
+    }
+
+    fn next(&mut self) -> MockReply {
+        self.replies.pop_front().unwrap_or_else(|| self.default.clone())
+    }
+}
+
+impl From<Vec<MockReply>> for Script {
+    fn from(replies: Vec<MockReply>) -> Self {
+        Script::new(replies)
+    }
+}
+
+impl<const N: usize> From<[MockReply; N]> for Script {
+    fn from(replies: [MockReply; N]) -> Self {
+        Script::new(replies)
+    }
+}
+
+impl From<MockReply> for Script {
+    fn from(reply: MockReply) -> Self {
+        Script::new([reply])
+    }
+}
+
+type Handler = Box<dyn Fn(&Value, usize) -> MockReply + Send + Sync>;
+
+enum Source {
+    Script(Script),
+    Handler(Handler),
+}
+
+/// State shared by the server thread and the test.
+struct Shared {
+    /// Request bodies received, in order; also guards the script, so the
+    /// n-th request recorded is the one that gets the n-th reply.
+    log: Mutex<(Vec<Value>, Option<Script>)>,
+    handler: Option<Handler>,
+    latency: Mutex<Duration>,
+    next_call_id: AtomicU64,
+}
+
+/// Locks, ignoring poisoning: a panicking handler must not wedge the mock.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A running mock server; dropping it stops the server.
+pub struct MockLlm {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MockLlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockLlm").field("addr", &self.addr).field("requests", &self.request_count()).finish()
+    }
+}
+
+impl MockLlm {
+    /// Serves `script` on 127.0.0.1 at a free port.
+    ///
+    /// # Panics
+    /// If no local port can be bound or no thread started (test setup).
+    pub fn start(script: impl Into<Script>) -> MockLlm {
+        MockLlm::spawn(Source::Script(script.into()))
+    }
+
+    /// Serves replies computed by `handler` from the request body and its
+    /// index (0 for the first request).
+    ///
+    /// # Panics
+    /// As [`MockLlm::start`].
+    pub fn with_handler(handler: impl Fn(&Value, usize) -> MockReply + Send + Sync + 'static) -> MockLlm {
+        MockLlm::spawn(Source::Handler(Box::new(handler)))
+    }
+
+    /// Waits `latency` before every reply (set 0 to remove).
+    pub fn with_latency(self, latency: Duration) -> MockLlm {
+        self.set_latency(latency);
+        self
+    }
+
+    /// Changes the wait before every reply.
+    pub fn set_latency(&self, latency: Duration) {
+        *lock(&self.shared.latency) = latency;
+    }
+
+    /// The API root to give a client: `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every chat request body received, in order (a body that was not JSON
+    /// is recorded as a JSON string).
+    pub fn requests(&self) -> Vec<Value> {
+        lock(&self.shared.log).0.clone()
+    }
+
+    /// How many chat requests arrived.
+    pub fn request_count(&self) -> usize {
+        lock(&self.shared.log).0.len()
+    }
+
+    /// The last chat request body.
+    pub fn last_request(&self) -> Option<Value> {
+        lock(&self.shared.log).0.last().cloned()
+    }
+
+    fn spawn(source: Source) -> MockLlm {
+        let (script, handler) = match source {
+            Source::Script(script) => (Some(script), None),
+            Source::Handler(handler) => (None, Some(handler)),
+        };
+        let shared = Arc::new(Shared {
+            log: Mutex::new((Vec::new(), script)),
+            handler,
+            latency: Mutex::new(Duration::ZERO),
+            next_call_id: AtomicU64::new(1),
+        });
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("MockLlm: bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("MockLlm: local address");
+        listener.set_nonblocking(true).expect("MockLlm: non-blocking listener");
+        let (shutdown, stop) = oneshot::channel();
+        let server_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("mock-llm-{}", addr.port()))
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        tracing::error!("MockLlm: no runtime: {e}");
+                        return;
+                    }
+                };
+                runtime.block_on(serve(listener, server_shared, stop));
+                // Dropping the runtime here cancels open connections and
+                // hung replies.
+            })
+            .expect("MockLlm: spawn the server thread");
+        MockLlm { addr, shared, shutdown: Some(shutdown), thread: Some(thread) }
+    }
+}
+
+impl Drop for MockLlm {
+    fn drop(&mut self) {
+        drop(self.shutdown.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn serve(listener: std::net::TcpListener, shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(e) => {
+            tracing::error!("MockLlm: listener: {e}");
+            return;
+        }
+    };
+    // Dropping the set at the end aborts every connection task.
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(_) => {
+                        // Out of descriptors and the like: back off, go on.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let shared = shared.clone();
+                connections.spawn(async move {
+                    let service = service_fn(move |request| respond(shared.clone(), request));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .keep_alive(true)
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        }
+    }
+}
+
+type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+
+fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(body.into()).map_err(|never| match never {}).boxed_unsync());
+    *response.status_mut() = status;
+    if let Ok(value) = content_type.parse() {
+        response.headers_mut().insert(hyper::header::CONTENT_TYPE, value);
+    }
+    response
+}
+
+async fn respond(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let path = request.uri().path().trim_end_matches('/').to_string();
+    if request.method() != Method::POST || !(path == "/v1/chat/completions" || path == "/chat/completions") {
+        let message = format!("the mock serves POST /v1/chat/completions, not {} {path}", request.method());
+        let body = json!({"error": {"message": message, "type": "invalid_request_error"}}).to_string();
+        return Ok(full(StatusCode::NOT_FOUND, "application/json", body));
+    }
+    let body = match request.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => return Ok(full(StatusCode::BAD_REQUEST, "text/plain", "unreadable request body")),
+    };
+    let value: Value =
+        serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+    let (index, scripted) = {
+        let mut log = lock(&shared.log);
+        log.0.push(value.clone());
+        (log.0.len() - 1, log.1.as_mut().map(Script::next))
+    };
+    let reply = match (scripted, &shared.handler) {
+        (Some(reply), _) => reply,
+        (None, Some(handler)) => handler(&value, index),
+        (None, None) => MockReply::text(SCRIPT_EXHAUSTED),
+    };
+    let latency = *lock(&shared.latency);
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    Ok(reply_response(&shared, reply, &value, body.len(), index).await)
+}
+
+/// The parts of a normal answer.
+struct Answer {
+    content: Option<String>,
+    /// (id, name, arguments)
+    calls: Vec<(String, String, String)>,
+    finish: &'static str,
+}
+
+async fn reply_response(shared: &Shared, reply: MockReply, request: &Value, request_len: usize, index: usize) -> Response<Body> {
+    let stream = request["stream"].as_bool().unwrap_or(false);
+    let ids = |calls: Vec<(String, String)>| -> Vec<(String, String, String)> {
+        calls
+            .into_iter()
+            .map(|(name, args)| (format!("call_{}", shared.next_call_id.fetch_add(1, Ordering::Relaxed)), name, args))
+            .collect()
+    };
+    let answer = match reply {
+        MockReply::Text(text) => Answer { content: Some(text), calls: Vec::new(), finish: "stop" },
+        MockReply::ToolCalls(calls) => Answer { content: None, calls: ids(calls), finish: "tool_calls" },
+        MockReply::TextAndToolCalls(text, calls) => Answer { content: Some(text), calls: ids(calls), finish: "tool_calls" },
+        MockReply::Length(text) => Answer { content: Some(text), calls: Vec::new(), finish: "length" },
+        MockReply::Blank => Answer { content: Some(String::new()), calls: Vec::new(), finish: "stop" },
+        MockReply::Status { status, body, retry_after } => {
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = full(code, "application/json", body);
+            if let Some(value) = retry_after.and_then(|v| v.parse().ok()) {
+                response.headers_mut().insert(hyper::header::RETRY_AFTER, value);
+            }
+            return response;
+        }
+        MockReply::Hang => std::future::pending().await,
+        MockReply::Malformed(body) => return full(StatusCode::OK, "application/json", body),
+        MockReply::Raw(body) => return full(StatusCode::OK, "application/json", body.to_string()),
+        MockReply::RawSse(body) => return full(StatusCode::OK, "text/event-stream", body),
+        MockReply::Truncated(text) => return truncated(&text, request, index, stream),
+    };
+    let model = request["model"].as_str().unwrap_or("mock");
+    let id = format!("chatcmpl-mock-{index}");
+    let usage = usage(request_len, &answer);
+    if stream {
+        let include_usage = request["stream_options"]["include_usage"].as_bool().unwrap_or(false);
+        let events = sse_events(&answer, &id, model, include_usage.then_some(usage));
+        let frames = futures::stream::iter(events.into_iter().map(|e| Ok(Frame::data(e))));
+        return sse_response(StreamBody::new(frames).boxed_unsync());
+    }
+    let mut message = json!({"role": "assistant", "content": answer.content});
+    if !answer.calls.is_empty() {
+        message["tool_calls"] = answer
+            .calls
+            .iter()
+            .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+            .collect();
+    }
+    let body = json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": CREATED,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": answer.finish}],
+        "usage": usage,
+    });
+    full(StatusCode::OK, "application/json", body.to_string())
+}
+
+/// Plausible token counts: a quarter of the bytes, as a rough tokenizer.
+fn usage(request_len: usize, answer: &Answer) -> Value {
+    let prompt = request_len / 4;
+    let output = answer.content.as_deref().map_or(0, str::len)
+        + answer.calls.iter().map(|(_, name, args)| name.len() + args.len()).sum::<usize>();
+    let completion = (output / 4).max(1);
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
+fn sse_response(body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/event-stream"));
+    headers.insert(hyper::header::CACHE_CONTROL, hyper::header::HeaderValue::from_static("no-cache"));
+    response
+}
+
+fn event(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+fn chunk(id: &str, model: &str, delta: Value, finish: Option<&str>) -> Value {
+    json!({
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": CREATED,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+    })
+}
+
+/// `text` in `parts` pieces of about equal length (on char boundaries).
+fn split(text: &str, parts: usize) -> Vec<&str> {
+    let chars = text.chars().count();
+    if chars == 0 {
+        return Vec::new();
+    }
+    let size = chars.div_ceil(parts.max(1));
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (n, (at, _)) in text.char_indices().enumerate() {
+        if n > 0 && n % size == 0 {
+            pieces.push(&text[start..at]);
+            start = at;
+        }
+    }
+    pieces.push(&text[start..]);
+    pieces
+}
+
+/// The answer as OpenAI streams it: a role chunk, content in a few deltas,
+/// each tool call as a header delta then argument deltas, the finish reason,
+/// the usage chunk when asked for, and `[DONE]`.
+fn sse_events(answer: &Answer, id: &str, model: &str, usage: Option<Value>) -> Vec<Bytes> {
+    let mut events = Vec::new();
+    let first = if answer.content.is_some() {
+        json!({"role": "assistant", "content": ""})
+    } else {
+        json!({"role": "assistant", "content": null})
+    };
+    events.push(event(&chunk(id, model, first, None)));
+    for piece in split(answer.content.as_deref().unwrap_or_default(), 3) {
+        events.push(event(&chunk(id, model, json!({"content": piece}), None)));
+    }
+    for (index, (call_id, name, args)) in answer.calls.iter().enumerate() {
+        let head = json!({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+            "function": {"name": name, "arguments": ""}}]});
+        events.push(event(&chunk(id, model, head, None)));
+        for piece in split(args, 2) {
+            let delta = json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
+            events.push(event(&chunk(id, model, delta, None)));
+        }
+    }
+    events.push(event(&chunk(id, model, json!({}), Some(answer.finish))));
+    if let Some(usage) = usage {
+        let last = json!({"id": id, "object": "chat.completion.chunk", "created": CREATED, "model": model,
+            "choices": [], "usage": usage});
+        events.push(event(&last));
+    }
+    events.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    events
+}
+
+/// Sends the start of an answer, then fails the body, which makes hyper
+/// drop the connection mid-response.
+fn truncated(text: &str, request: &Value, index: usize, stream: bool) -> Response<Body> {
+    let model = request["model"].as_str().unwrap_or("mock");
+    let id = format!("chatcmpl-mock-{index}");
+    let start: Vec<Bytes> = if stream {
+        let mut events = vec![event(&chunk(&id, model, json!({"role": "assistant", "content": ""}), None))];
+        events.extend(split(text, 3).into_iter().map(|piece| event(&chunk(&id, model, json!({"content": piece}), None))));
+        events
+    } else {
+        let prefix = json!({"id": id, "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}).to_string();
+        // Cut inside the JSON, so the body cannot parse.
+        vec![Bytes::from(prefix[..prefix.len() / 2].to_string())]
+    };
+    let frames = futures::stream::iter(start.into_iter().map(|b| Ok(Frame::data(b))));
+    // The pause lets hyper flush what was sent before the error ends the
+    // connection; without it the client could see nothing at all.
+    let failure = futures::stream::once(async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "MockLlm: truncated reply"))
+    });
+    let body = StreamBody::new(futures::StreamExt::chain(frames, failure)).boxed_unsync();
+    if stream { sse_response(body) } else { full_stream(body) }
+}
+
+fn full_stream(body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
+    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_keeps_every_char() {
+        assert_eq!(split("", 3), Vec::<&str>::new());
+        assert_eq!(split("ab", 3), ["a", "b"]);
+        assert_eq!(split("héllo wörld", 3), ["héll", "o wö", "rld"]);
+        assert_eq!(split("héllo wörld", 3).concat(), "héllo wörld");
+    }
+
+    #[test]
+    fn scripts_run_out_into_the_default() {
+        let mut script = Script::from([MockReply::Blank]).then(MockReply::text("b")).or_else(MockReply::Hang);
+        assert_eq!(script.next(), MockReply::Blank);
+        assert_eq!(script.next(), MockReply::text("b"));
+        assert_eq!(script.next(), MockReply::Hang);
+        assert_eq!(Script::default().next(), MockReply::text(SCRIPT_EXHAUSTED));
+    }
+}
