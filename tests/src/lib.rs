@@ -1,5 +1,8 @@
 //! Shared harness for chitin's integration tests: guest component paths, a
-//! one-plugin host, and a tiny HTTP server on 127.0.0.1.
+//! one-plugin host, a whole agent over a mock LLM ([`agent`]), and a tiny
+//! HTTP server on 127.0.0.1.
+
+pub mod agent;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

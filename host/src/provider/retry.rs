@@ -5,7 +5,7 @@
 //! one provider call ([`RetryPolicy::run`]), and `Retry-After` parsing. What
 //! counts as retryable for a given HTTP answer is decided by the provider
 //! (it reads the body, e.g. to tell a quota 429 from a rate-limit 429) and
-//! arrives here as [`ProviderError::retryable`].
+//! arrives here as [`ProviderError::retryable`](super::ProviderError::retryable).
 //!
 //! Rules:
 //! - retry only errors marked retryable (408/409/429 without quota/5xx,
@@ -19,7 +19,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{ChatResponse, ProviderError};
+use super::ChatResponse;
 
 /// The longest `Retry-After` honoured; longer values are cut to this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -178,6 +178,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+    use crate::provider::ProviderError;
 
     fn at(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)

@@ -1,0 +1,123 @@
+//! A whole agent over a scripted mock LLM: temp data dir, real plugins (the
+//! built-in `fs` and the hostile guest), real session files.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chitin::agent::runner::AgentHook;
+use chitin::agent::{AgentLoop, TurnOutcome};
+use chitin::app::{App, AppOptions};
+use chitin::bus::MessageBus;
+use chitin::config::DataDir;
+use chitin::provider::{OpenAiOptions, OpenAiProvider, RetryPolicy};
+use chitin::session::{JsonlStore, Session, SessionStore, ToolCall};
+use chitin::testing::MockLlm;
+
+use crate::HOSTILE_WASM;
+
+/// Records tool events in order, for batching and progress assertions.
+#[derive(Default)]
+pub struct Recorder {
+    /// `before:<tool>:<id>` / `after:<tool>:<id>` lines.
+    pub events: Mutex<Vec<String>>,
+}
+
+impl AgentHook for Recorder {
+    fn before_tool(&self, call: &ToolCall) -> Result<(), String> {
+        self.events.lock().unwrap().push(format!("before:{}:{}", call.function.name, call.id));
+        Ok(())
+    }
+    fn after_tool(&self, call: &ToolCall, _result: &str, _ok: bool) -> Result<(), String> {
+        self.events.lock().unwrap().push(format!("after:{}:{}", call.function.name, call.id));
+        Ok(())
+    }
+}
+
+/// An agent wired to `mock`.
+pub struct TestAgent {
+    /// The scripted provider.
+    pub mock: MockLlm,
+    /// The loop.
+    pub agent: AgentLoop,
+    /// The bus the loop serves.
+    pub bus: Arc<MessageBus>,
+    /// Tool events.
+    pub recorder: Arc<Recorder>,
+    /// The assembled host.
+    pub app: App,
+    /// Owns the data dir.
+    pub home: tempfile::TempDir,
+}
+
+impl TestAgent {
+    /// An agent with the default test config.
+    pub fn new(mock: MockLlm) -> TestAgent {
+        TestAgent::with_config(mock, "")
+    }
+
+    /// An agent; `extra` is appended to the `[agent]` table of the config.
+    pub fn with_config(mock: MockLlm, extra_agent: &str) -> TestAgent {
+        let home = tempfile::tempdir().expect("temp dir");
+        let defaults: String = ["model = \"mock-model\"", "provider = \"mock\"", "stream = false", "llm_timeout_secs = 10"]
+            .iter()
+            .filter(|line| !extra_agent.contains(line.split(' ').next().unwrap_or_default()))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let config = format!(
+            "[agent]\n{defaults}{extra_agent}\n\
+             [providers.mock]\nbase_url = \"{}\"\n\
+             [limits]\ntimeout_ms = 5000\n\
+             [plugins.hostile]\nworkspace = \"read-write\"\n",
+            mock.base_url()
+        );
+        std::fs::write(home.path().join("config.toml"), config).expect("config");
+        let options = AppOptions { extra_plugins: vec![HOSTILE_WASM.into()], ..AppOptions::default() };
+        let app = App::open(DataDir::at(home.path()), options).expect("app opens");
+        let provider = OpenAiProvider::new(OpenAiOptions {
+            base_url: mock.base_url(),
+            api_key: None,
+            request_timeout: Duration::from_secs(10),
+            retry: RetryPolicy::fast(),
+            stream: false,
+        })
+        .expect("provider");
+        let bus = Arc::new(MessageBus::new());
+        let recorder = Arc::new(Recorder::default());
+        let core = app.agent_core(Arc::new(provider), bus.clone(), vec![recorder.clone()]);
+        TestAgent { mock, agent: AgentLoop::new(Arc::new(core)), bus, recorder, app, home }
+    }
+
+    /// Sends `text` to session `cli:test` and returns the reply text.
+    pub async fn ask(&self, text: &str) -> String {
+        self.ask_in("cli:test", text).await
+    }
+
+    /// Sends `text` to `session` and returns the reply text.
+    pub async fn ask_in(&self, session: &str, text: &str) -> String {
+        match self.agent.process_direct(text, session, None).await {
+            TurnOutcome::Done(ctx) => ctx.outbound.map(|o| o.content).unwrap_or_default(),
+            TurnOutcome::Cancelled => panic!("turn cancelled"),
+            TurnOutcome::Failed(e) => panic!("turn failed: {e}"),
+        }
+    }
+
+    /// The session as stored on disk (a fresh store, no cache).
+    pub fn stored(&self, key: &str) -> Session {
+        JsonlStore::new(self.app.data.sessions_dir()).load(key).expect("session loads")
+    }
+
+    /// The agent's workspace.
+    pub fn workspace(&self) -> &std::path::Path {
+        &self.app.workspace
+    }
+}
+
+/// The messages of request `index` as (role, text) pairs.
+pub fn request_messages(mock: &MockLlm, index: usize) -> Vec<(String, String)> {
+    mock.requests()[index]["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap_or_default().to_string(), m["content"].as_str().unwrap_or_default().to_string()))
+        .collect()
+}
