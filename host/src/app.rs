@@ -66,7 +66,7 @@ impl App {
     /// Opens the host in `data` with `options`.
     pub fn open(data: DataDir, options: AppOptions) -> Result<App, AppError> {
         let config_file = options.config_file.clone().unwrap_or_else(|| data.config_file());
-        let config = Config::load(&config_file)?;
+        let config = Config::load(&config_file)?.with_env_overrides();
         let workspace = options.workspace.clone().unwrap_or_else(|| config.workspace_dir(&data));
         std::fs::create_dir_all(&workspace).map_err(|source| AppError::Workspace { path: workspace.clone(), source })?;
         let workspace = workspace.canonicalize().map_err(|source| AppError::Workspace { path: workspace.clone(), source })?;
@@ -85,6 +85,7 @@ impl App {
     /// The provider `[agent] provider` names, from `[providers.<name>]`.
     pub fn provider(&self) -> Result<Arc<dyn Provider>, AppError> {
         let (name, config) = self.config.provider()?;
+        let name = name.as_str();
         if config.api != "openai" {
             return Err(AppError::Provider { name: name.into(), message: format!("api = \"{}\" is not supported (supported: \"openai\", any OpenAI-compatible endpoint)", config.api) });
         }

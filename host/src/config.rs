@@ -200,13 +200,29 @@ pub fn expand_env(raw: &str, field: &str) -> Result<String, ConfigError> {
 }
 
 impl Config {
-    /// The provider `[agent] provider` names.
-    pub fn provider(&self) -> Result<(&str, &ProviderConfig), ConfigError> {
+    /// The provider `[agent] provider` names. With no `[providers]` at all,
+    /// the environment names one: `OPENAI_BASE_URL` (default
+    /// `https://api.openai.com/v1`) and `OPENAI_API_KEY`, so a fresh machine
+    /// needs no config file to talk to any OpenAI-compatible endpoint.
+    pub fn provider(&self) -> Result<(String, ProviderConfig), ConfigError> {
         let name = self.agent.provider.as_str();
-        self.providers.get(name).map(|p| (name, p)).ok_or_else(|| ConfigError::MissingProvider {
-            name: name.to_string(),
-            known: self.providers.keys().cloned().collect::<Vec<_>>().join(", "),
-        })
+        if let Some(provider) = self.providers.get(name) {
+            return Ok((name.to_string(), provider.clone()));
+        }
+        if self.providers.is_empty() && name == "openai" {
+            let base_url = std::env::var("OPENAI_BASE_URL").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "https://api.openai.com/v1".into());
+            let api_key = std::env::var("OPENAI_API_KEY").ok().filter(|v| !v.is_empty()).map(|_| "${OPENAI_API_KEY}".to_string());
+            return Ok((name.to_string(), ProviderConfig { base_url, api_key, api: default_api() }));
+        }
+        Err(ConfigError::MissingProvider { name: name.to_string(), known: self.providers.keys().cloned().collect::<Vec<_>>().join(", ") })
+    }
+
+    /// Applies environment overrides: `CHITIN_MODEL` replaces `agent.model`.
+    pub fn with_env_overrides(mut self) -> Config {
+        if let Some(model) = std::env::var("CHITIN_MODEL").ok().filter(|v| !v.is_empty()) {
+            self.agent.model = model;
+        }
+        self
     }
 
     /// Reads `path`; a missing file yields the defaults.
@@ -268,9 +284,12 @@ mod tests {
 
     #[test]
     fn agent_defaults_and_missing_provider() {
-        let config = Config::parse("[agent]\nmodel = \"m\"\n", Path::new("c.toml")).unwrap();
+        let config = Config::parse("[agent]\nmodel = \"m\"\nprovider = \"local\"\n[providers.other]\nbase_url = \"http://x\"\n", Path::new("c.toml")).unwrap();
         assert_eq!(config.agent.max_iterations, 200);
         assert_eq!(config.agent.context_window, 65_536);
+        let err = config.provider().unwrap_err().to_string();
+        assert!(err.contains("agent.provider") && err.contains("[providers.local]") && err.contains("other"), "{err}");
+        let config = Config::parse("[agent]\n[providers.other]\nbase_url = \"http://x\"\n", Path::new("c.toml")).unwrap();
         let err = config.provider().unwrap_err().to_string();
         assert!(err.contains("agent.provider") && err.contains("[providers.openai]"), "{err}");
     }

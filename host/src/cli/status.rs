@@ -16,7 +16,7 @@ pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     println!("model:      {} (context {} tokens, max {} completion tokens)", agent.model, agent.context_window, agent.max_tokens);
     match app.config.provider() {
         Ok((name, provider)) => {
-            let key = match provider.resolved_api_key(name) {
+            let key = match provider.resolved_api_key(&name) {
                 Ok(Some(_)) => "set".to_string(),
                 Ok(None) => "none".to_string(),
                 Err(e) => format!("MISSING — {e}"),

@@ -9,5 +9,5 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use chitin::plugin::host::LogLevel;
-pub use chitin::plugin::types::{CallContext as WitCallContext, ToolError as WitToolError};
+pub use self::chitin::plugin::host::LogLevel;
+pub use self::chitin::plugin::types::{CallContext as WitCallContext, ToolError as WitToolError};

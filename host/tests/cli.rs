@@ -1,0 +1,182 @@
+//! The `chitin` binary as a user runs it: fresh data dir, no config, the
+//! built-in `fs` plugin, the SDK example, a scripted mock LLM, and a
+//! `kill -9` in the middle of a turn.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chitin::session::{JsonlStore, Role, SessionStore as _};
+use chitin::testing::{MockLlm, MockReply};
+use serde_json::{Value, json};
+
+const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
+const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
+
+fn chitin(home: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(CHITIN);
+    cmd.args(args).env("CHITIN_HOME", home).env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL").env_remove("CHITIN_MODEL");
+    cmd
+}
+
+fn run(mut cmd: impl std::borrow::BorrowMut<Command>) -> Output {
+    cmd.borrow_mut().output().expect("chitin runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn tool_call_runs_the_builtin_fs_plugin_without_any_setup() {
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let ws_arg = ws.to_str().unwrap();
+    let out = run(chitin(home.path(), &["tool", "call", "write_file", "--args", r#"{"path":"a/b.txt","content":"one\ntwo\n"}"#, "--workspace", ws_arg]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(ws.join("a/b.txt")).unwrap(), "one\ntwo\n");
+    let out = run(chitin(home.path(), &["tool", "call", "read_file", "--args", r#"{"path":"a/b.txt"}"#, "--workspace", ws_arg]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("two"), "{}", stdout(&out));
+
+    let out = run(chitin(home.path(), &["tool", "call", "read_fil", "--args", "{}", "--workspace", ws_arg]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("Did you mean `read_file`?"), "{}", stderr(&out));
+    let out = run(chitin(home.path(), &["tool", "call", "read_file", "--args", r#"{"path":"../../etc/passwd"}"#, "--workspace", ws_arg]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!stdout(&out).contains("root:"));
+}
+
+#[test]
+fn a_read_only_grant_from_config_is_enforced() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("config.toml"), "[plugins.fs]\nworkspace = \"read\"\n").unwrap();
+    let ws = home.path().join("ws");
+    let out = run(chitin(home.path(), &["tool", "call", "write_file", "--args", r#"{"path":"x.txt","content":"x"}"#, "--workspace", ws.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(!ws.join("x.txt").exists());
+    let out = run(chitin(home.path(), &["plugin", "inspect", "fs"]));
+    assert!(stdout(&out).contains("asks read-write, granted read"), "{}", stdout(&out));
+}
+
+#[test]
+fn plugin_inspect_list_pack_and_install() {
+    let home = tempfile::tempdir().unwrap();
+    let out = run(chitin(home.path(), &["plugin", "inspect", HELLO_WASM]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("hello 0.1.0") && text.contains("greet [read-only, concurrency-safe]") && text.contains("name (string, required)"), "{text}");
+
+    let out = run(chitin(home.path(), &["plugin", "inspect", HELLO_WASM, "--json"]));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["manifest"]["name"], "hello");
+    assert_eq!(json["granted"]["workspace"], "none");
+
+    let toml = home.path().join("plugin.toml");
+    std::fs::write(&toml, "name = \"greeter\"\nversion = \"2.0.0\"\ndescription = \"packed\"\n[capabilities]\nnetwork = [\"api.example.com\"]\n[[tools]]\nname = \"greet\"\ndescription = \"Greets\"\nread_only = true\nparameters = { type = \"object\", properties = { name = { type = \"string\" } }, required = [\"name\"] }\n").unwrap();
+    let packed = home.path().join("greeter.wasm");
+    let out = run(chitin(home.path(), &["plugin", "pack", "--manifest", toml.to_str().unwrap(), HELLO_WASM, "-o", packed.to_str().unwrap()]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(chitin(home.path(), &["plugin", "install", packed.to_str().unwrap()]));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let out = run(chitin(home.path(), &["plugin", "list", "--json"]));
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = list.as_array().unwrap().iter().map(|p| p["manifest"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["fs", "greeter"]);
+    let greeter = &list[1];
+    assert_eq!(greeter["granted"]["network"], json!([]), "asked, not granted");
+    assert!(greeter["notes"][0].as_str().unwrap().contains("api.example.com"));
+
+    let out = run(chitin(home.path(), &["tool", "call", "greet", "--args", r#"{"name":"Ada"}"#]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Ada"));
+
+    let bad = home.path().join("bad.toml");
+    std::fs::write(&bad, "name = \"Bad Name\"\nversion = \"1\"\n[[tools]]\nname = \"t\"\nparameters = { type = \"object\" }\n").unwrap();
+    let out = run(chitin(home.path(), &["plugin", "pack", "--manifest", bad.to_str().unwrap(), HELLO_WASM, "-o", "/dev/null"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("name") && stderr(&out).contains("Bad Name"), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_talks_to_the_endpoint_named_in_the_environment() {
+    let mock = MockLlm::start(vec![MockReply::tool_call("list_dir", "{}"), MockReply::text("Your workspace is empty.")]);
+    let home = tempfile::tempdir().unwrap();
+    let out = run(chitin(home.path(), &["agent", "-m", "what is in my workspace?"]).env("OPENAI_BASE_URL", mock.base_url()).env("CHITIN_MODEL", "test-model"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "Your workspace is empty.");
+    let request = &mock.requests()[0];
+    assert_eq!(request["model"], "test-model");
+    assert!(stderr(&out).contains("list_dir") || stderr(&out).is_empty(), "tool hints go to stderr only");
+}
+
+#[test]
+fn a_bad_config_is_a_clear_error() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("config.toml"), "[agent]\nmax_iterations = \"many\"\n").unwrap();
+    let out = run(chitin(home.path(), &["status"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("max_iterations"), "{}", stderr(&out));
+    std::fs::write(home.path().join("config.toml"), "[providers.openai]\nbase_url = \"http://127.0.0.1:1/v1\"\napi_key = \"${CHITIN_TEST_NO_SUCH_VAR}\"\n").unwrap();
+    let out = run(chitin(home.path(), &["agent", "-m", "hi"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("providers.openai.api_key") && stderr(&out).contains("CHITIN_TEST_NO_SUCH_VAR"), "{}", stderr(&out));
+}
+
+#[test]
+fn onboard_writes_a_config_that_status_reads() {
+    let home = tempfile::tempdir().unwrap();
+    let out = run(chitin(home.path(), &["onboard"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(home.path().join("workspace/AGENTS.md").exists());
+    let out = run(chitin(home.path(), &["status"]).env("OPENAI_API_KEY", "sk-test"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("gpt-4o-mini") && text.contains("api key: set") && text.contains("fs") && text.contains("workspace=read-write"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_during_a_turn_loses_nothing() {
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("write_file", json!({"path": "made.txt", "content": "made"}).to_string()),
+        MockReply::Hang,
+        MockReply::text("Welcome back."),
+    ]);
+    let home = tempfile::tempdir().unwrap();
+    let mut child = chitin(home.path(), &["agent", "-m", "make a file", "-s", "cli:crash"])
+        .env("OPENAI_BASE_URL", mock.base_url())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while mock.request_count() < 2 {
+        assert!(Instant::now() < deadline, "the turn reached its second request");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(home.path().join("workspace/made.txt").exists());
+
+    let out = run(chitin(home.path(), &["agent", "-m", "are you there?", "-s", "cli:crash"]).env("OPENAI_BASE_URL", mock.base_url()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "Welcome back.");
+    let session = JsonlStore::new(home.path().join("sessions")).load("cli:crash").unwrap();
+    let shape: Vec<(Role, String)> = session.messages.iter().map(|m| (m.role, m.text().chars().take(30).collect())).collect();
+    assert_eq!(shape[0], (Role::User, "make a file".into()));
+    assert_eq!(session.messages[1].tool_calls[0].function.name, "write_file");
+    assert_eq!(shape[2].0, Role::Tool);
+    assert!(shape[2].1.starts_with("wrote"), "{shape:?}");
+    assert_eq!(shape[3].0, Role::Assistant, "the interrupted turn is closed: {shape:?}");
+    assert!(session.messages[3].text().contains("interrupted"), "{}", session.messages[3].text());
+    assert_eq!(shape[4], (Role::User, "are you there?".into()));
+    assert_eq!(shape[5], (Role::Assistant, "Welcome back.".into()));
+    // The model saw the recovered tool result.
+    let last = &mock.requests()[2];
+    assert!(last["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool" && m["content"].as_str().unwrap().starts_with("wrote")));
+}
