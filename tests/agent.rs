@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use chitin::agent::TurnState;
 use chitin::agent::runner::ERROR_PLACEHOLDER;
 use chitin::agent::TurnOutcome;
-use chitin::bus::{InboundMessage, OutboundKind};
-use chitin::session::{Role, SessionStore as _};
+use chitin::bus::InboundMessage;
+use chitin::session::Role;
 use chitin::testing::{MockLlm, MockReply};
-use chitin_tests::agent::{TestAgent, request_messages};
+use chitin_tests::agent::{TestAgent, next_reply, request_messages, wait_until};
 use serde_json::json;
 
 fn call(name: &str, args: serde_json::Value) -> MockReply {
@@ -224,9 +224,7 @@ async fn same_session_turns_never_overlap_while_sessions_run_in_parallel() {
 async fn a_message_sent_mid_turn_is_injected() {
     let mock = MockLlm::start(vec![call("slow_echo", json!({"text": "x", "ms": 400})), MockReply::text("Got both.")]);
     let t = Arc::new(TestAgent::new(mock));
-    let runner = t.clone();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let loop_task = tokio::spawn(async move { runner.agent.run(async { let _ = stop_rx.await; }).await });
+    let running = t.start_loop();
     t.bus.publish_inbound(InboundMessage::new("chat", "u1", "1", "first"));
     wait_until(|| t.mock.request_count() >= 1).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -238,17 +236,14 @@ async fn a_message_sent_mid_turn_is_injected() {
     assert_eq!(second.last().unwrap(), &("user".to_string(), "second, while busy".to_string()));
     let stored = t.stored("chat:1");
     assert!(stored.messages.iter().any(|m| m.text() == "second, while busy"), "the injected message is saved");
-    stop_tx.send(()).unwrap();
-    loop_task.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_keeps_completed_tool_results() {
     let mock = MockLlm::start(vec![call("write_path", json!({"path": "done.txt", "content": "ok"})), MockReply::Hang]);
     let t = Arc::new(TestAgent::new(mock));
-    let runner = t.clone();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let loop_task = tokio::spawn(async move { runner.agent.run(async { let _ = stop_rx.await; }).await });
+    let running = t.start_loop();
     t.bus.publish_inbound(InboundMessage::new("chat", "u1", "7", "make the file"));
     wait_until(|| t.mock.request_count() >= 2).await;
     let started = Instant::now();
@@ -263,25 +258,21 @@ async fn stop_keeps_completed_tool_results() {
     assert_eq!(texts[2], (Role::Tool, "wrote".into()));
     assert!(!stored.metadata.contains_key("runtime_checkpoint"));
     assert!(t.workspace().join("done.txt").exists());
-    stop_tx.send(()).unwrap();
-    loop_task.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_is_answered_while_a_turn_runs() {
     let mock = MockLlm::start(vec![MockReply::text("slow answer")]).with_latency(Duration::from_millis(800));
     let t = Arc::new(TestAgent::new(mock));
-    let runner = t.clone();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let loop_task = tokio::spawn(async move { runner.agent.run(async { let _ = stop_rx.await; }).await });
+    let running = t.start_loop();
     t.bus.publish_inbound(InboundMessage::new("chat", "u1", "3", "question"));
     wait_until(|| t.mock.request_count() >= 1).await;
     t.bus.publish_inbound(InboundMessage::new("chat", "u1", "3", "/status"));
     let status = next_reply(&t).await;
     assert!(status.contains("Model: mock-model") && status.contains("Active tasks: 1"), "{status}");
     assert_eq!(next_reply(&t).await, "slow answer");
-    stop_tx.send(()).unwrap();
-    loop_task.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -329,17 +320,14 @@ async fn leftover_pending_messages_are_republished() {
     ])
     .with_latency(Duration::from_millis(150));
     let t = Arc::new(TestAgent::new(mock));
-    let runner = t.clone();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let loop_task = tokio::spawn(async move { runner.agent.run(async { let _ = stop_rx.await; }).await });
+    let running = t.start_loop();
     t.bus.publish_inbound(InboundMessage::new("chat", "u1", "9", "first"));
     wait_until(|| t.mock.request_count() >= 1).await;
     t.bus.publish_inbound(InboundMessage::new("chat", "u1", "9", "second"));
     let first = next_reply(&t).await;
     assert!(first.contains("failed"), "{first}");
     assert_eq!(next_reply(&t).await, "answer to the second");
-    stop_tx.send(()).unwrap();
-    loop_task.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -365,21 +353,41 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-async fn wait_until(mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !condition() {
-        assert!(Instant::now() < deadline, "condition not met in time");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+#[tokio::test(flavor = "multi_thread")]
+async fn the_third_attempt_outside_the_workspace_is_refused_firmly() {
+    let outside = || call("read_file", json!({"path": "/etc/passwd"}));
+    let t = TestAgent::new(MockLlm::start(vec![outside(), outside(), outside(), MockReply::text("giving up")]));
+    t.ask("read the password file").await;
+    let results: Vec<String> = request_messages(&t.mock, 3).into_iter().filter(|(r, _)| r == "tool").map(|(_, t)| t).collect();
+    assert_eq!(results.len(), 3);
+    assert!(!results[0].contains("Refused") && !results[1].contains("Refused"), "{results:?}");
+    assert!(results[2].starts_with("Refused") && results[2].contains("outside the workspace"), "{}", results[2]);
+    assert!(results.iter().all(|r| !r.contains("root:")));
 }
 
-/// The next reply message on the bus (events skipped).
-async fn next_reply(t: &TestAgent) -> String {
-    loop {
-        let message = tokio::time::timeout(Duration::from_secs(20), t.bus.consume_outbound()).await.expect("a reply in time").expect("bus open");
-        if let OutboundKind::Message { .. } = message.kind {
-            return message.content;
-        }
-    }
+#[tokio::test(flavor = "multi_thread")]
+async fn the_third_identical_fetch_is_refused() {
+    let server = chitin_tests::serve_http(|_| (200, vec![], "page".into())).await;
+    let fetch = move || call("http_get", json!({"url": format!("http://{server}/")}));
+    let mock = MockLlm::start(vec![fetch(), fetch(), fetch(), MockReply::text("ok")]);
+    let t = TestAgent::with_plugin_grant(mock, "network = [\"127.0.0.1\"]");
+    t.ask("fetch it three times").await;
+    let results: Vec<String> = request_messages(&t.mock, 3).into_iter().filter(|(r, _)| r == "tool").map(|(_, t)| t).collect();
+    assert_eq!(&results[..2], ["200\npage", "200\npage"]);
+    assert!(results[2].starts_with("Refused") && results[2].contains("attempt 3"), "{}", results[2]);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn other_commands_mid_turn_are_answered_inline() {
+    let mock = MockLlm::start(vec![MockReply::text("slow answer")]).with_latency(Duration::from_millis(800));
+    let t = Arc::new(TestAgent::new(mock));
+    let running = t.start_loop();
+    t.bus.publish_inbound(InboundMessage::new("chat", "u1", "4", "question"));
+    wait_until(|| t.mock.request_count() >= 1).await;
+    t.bus.publish_inbound(InboundMessage::new("chat", "u1", "4", "/new"));
+    assert!(next_reply(&t).await.contains("still running"));
+    assert_eq!(next_reply(&t).await, "slow answer");
+    assert_eq!(t.mock.request_count(), 1, "/new was not injected into the turn");
+    assert_eq!(t.stored("chat:4").messages.len(), 2, "and did not clear it");
+    running.stop().await;
+}

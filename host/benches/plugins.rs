@@ -132,7 +132,7 @@ fn fifty_plugins(hello: &[u8]) {
     println!("ready with 50 installed plugins (in process, manifests + registry): median {:.1} ms", ms(median(times)));
     let run = || {
         let started = Instant::now();
-        let out = Command::new(CHITIN_BIN).args(["tool", "call", "shout_7", "--args", r#"{"text":"hi"}"#]).env("CHITIN_HOME", home.path()).output().unwrap();
+        let out = Command::new(CHITIN_BIN).args(["tool", "call", "list_dir", "--args", "{}"]).env("CHITIN_HOME", home.path()).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         started.elapsed()
     };

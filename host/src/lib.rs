@@ -24,6 +24,7 @@
 pub mod agent;
 pub mod app;
 pub mod bus;
+pub mod compact;
 pub mod config;
 pub mod plugins;
 pub mod provider;

@@ -57,6 +57,16 @@ impl TestAgent {
 
     /// An agent; `extra` is appended to the `[agent]` table of the config.
     pub fn with_config(mock: MockLlm, extra_agent: &str) -> TestAgent {
+        TestAgent::build(mock, extra_agent, "")
+    }
+
+    /// An agent whose hostile plugin also gets `grant` (TOML lines of
+    /// `[plugins.hostile]`).
+    pub fn with_plugin_grant(mock: MockLlm, grant: &str) -> TestAgent {
+        TestAgent::build(mock, "", grant)
+    }
+
+    fn build(mock: MockLlm, extra_agent: &str, grant: &str) -> TestAgent {
         let home = tempfile::tempdir().expect("temp dir");
         let defaults: String = ["model = \"mock-model\"", "provider = \"mock\"", "stream = false", "llm_timeout_secs = 10"]
             .iter()
@@ -67,7 +77,7 @@ impl TestAgent {
             "[agent]\n{defaults}{extra_agent}\n\
              [providers.mock]\nbase_url = \"{}\"\n\
              [limits]\ntimeout_ms = 5000\n\
-             [plugins.hostile]\nworkspace = \"read-write\"\n",
+             [plugins.hostile]\nworkspace = \"read-write\"\n{grant}\n",
             mock.base_url()
         );
         std::fs::write(home.path().join("config.toml"), config).expect("config");
@@ -106,6 +116,20 @@ impl TestAgent {
         JsonlStore::new(self.app.data.sessions_dir()).load(key).expect("session loads")
     }
 
+    /// Runs `AgentLoop::run` on the bus until [`RunningLoop::stop`].
+    pub fn start_loop(self: &Arc<Self>) -> RunningLoop {
+        let this = self.clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            this.agent
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        RunningLoop { stop, task }
+    }
+
     /// The agent's workspace.
     pub fn workspace(&self) -> &std::path::Path {
         &self.app.workspace
@@ -120,4 +144,40 @@ pub fn request_messages(mock: &MockLlm, index: usize) -> Vec<(String, String)> {
         .iter()
         .map(|m| (m["role"].as_str().unwrap_or_default().to_string(), m["content"].as_str().unwrap_or_default().to_string()))
         .collect()
+}
+
+/// A running `AgentLoop::run`.
+pub struct RunningLoop {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningLoop {
+    /// Signals shutdown and waits for the loop (and its turns) to finish.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.expect("the loop ends cleanly");
+    }
+}
+
+/// Waits (at most 20 s) until `condition` holds.
+pub async fn wait_until(mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !condition() {
+        assert!(std::time::Instant::now() < deadline, "condition not met in time");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The next reply message on the bus (progress and stream events skipped).
+pub async fn next_reply(t: &TestAgent) -> String {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(20), t.bus.consume_outbound())
+            .await
+            .expect("a reply in time")
+            .expect("bus open");
+        if let chitin::bus::OutboundKind::Message { .. } = message.kind {
+            return message.content;
+        }
+    }
 }

@@ -33,6 +33,9 @@ const INBOUND_POLL: Duration = Duration::from_secs(1);
 /// Published when a turn fails.
 pub const APOLOGY: &str = "Sorry, something went wrong while handling your message. Please try again.";
 
+/// Reply to a command that cannot run while a turn runs (`/new`).
+pub const BUSY_TEXT: &str = "A task is still running. Wait for it, or /stop it first.";
+
 /// Reply to a `/stop` that stopped a turn.
 pub const STOPPED_TEXT: &str = "Stopped. Finished tool steps are kept.";
 
@@ -104,11 +107,15 @@ impl AgentLoop {
             return;
         }
         if let Some(active) = self.core.active.get(&key) {
-            if let Parsed::Known(Command::Help) | Parsed::Unknown { .. } = commands::parse(&message.content) {
-                let text = match commands::parse(&message.content) {
-                    Parsed::Unknown { name, suggestion } => commands::unknown_text(&name, suggestion),
-                    _ => commands::help_text(),
-                };
+            // Other commands are answered inline: they must not be injected
+            // into the running turn as if the user had said them to the model.
+            let inline = match commands::parse(&message.content) {
+                Parsed::NotACommand => None,
+                Parsed::Unknown { name, suggestion } => Some(commands::unknown_text(&name, suggestion)),
+                Parsed::Known(Command::Help) => Some(commands::help_text()),
+                Parsed::Known(_) => Some(BUSY_TEXT.to_string()),
+            };
+            if let Some(text) = inline {
                 self.core.bus.publish_outbound(OutboundMessage::reply(&message.channel, &message.chat_id, text));
                 return;
             }

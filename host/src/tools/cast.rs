@@ -34,10 +34,24 @@ pub fn cast(value: &mut Value, schema: &Value) {
 
 fn cast_object(map: &mut Map<String, Value>, schema: &Value) {
     let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return };
+    // `"offset": null` is how many models say "not given": drop a null
+    // optional property unless the schema itself allows null.
+    let required: Vec<&str> = schema.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    map.retain(|key, value| {
+        !value.is_null() || required.contains(&key.as_str()) || properties.get(key).is_some_and(allows_null)
+    });
     for (key, value) in map.iter_mut() {
         if let Some(prop) = properties.get(key) {
             cast(value, prop);
         }
+    }
+}
+
+fn allows_null(schema: &Value) -> bool {
+    match schema.get("type") {
+        Some(Value::String(t)) => t == "null",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "null"),
+        _ => true,
     }
 }
 
@@ -94,6 +108,15 @@ mod tests {
         cast(&mut args, &schema);
         assert_eq!(args, json!({"n": 42, "f": 2.5, "b": true, "s": "7", "o": 3, "list": [1, 2, "x"],
             "nested": {"x": false}, "q": [1, 2], "extra": "5"}));
+    }
+
+    #[test]
+    fn null_optional_properties_are_dropped() {
+        let schema = json!({"type": "object", "required": ["path"], "properties": {
+            "path": {"type": "string"}, "offset": {"type": "integer"}, "note": {"type": ["string", "null"]}}});
+        let mut args = json!({"path": null, "offset": null, "note": null});
+        cast(&mut args, &schema);
+        assert_eq!(args, json!({"path": null, "note": null}), "a required null stays, for the validator to report");
     }
 
     #[test]

@@ -97,7 +97,7 @@ mod tests {
         let out = find_files(dir.path(), "**/*.rs", ".", None).unwrap();
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(&lines[..3], ["build.rs", "src/a/mod.rs", "src/lib.rs"]);
-        assert!(lines[3].starts_with("(skipped target/:"), "{out}");
+        assert!(lines[3].starts_with("(not entered: target/;"), "{out}");
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub fn grep(root: &Path, args: &GrepArgs) -> FsResult<String> {
         );
         if search.unreadable > 0 {
             msg.push_str(&format!(
-                ", {} binary or oversized skipped",
+                ", {} binary, oversized or unreadable skipped",
                 search.unreadable
             ));
         }
@@ -211,7 +211,10 @@ mod tests {
                 "src/main.rs:1: fn main() { alpha(); }"
             ]
         );
-        assert!(lines[2].starts_with("(skipped node_modules/:"), "{out}");
+        assert!(
+            lines[2].starts_with("(not entered: node_modules/;"),
+            "{out}"
+        );
         assert_eq!(lines.len(), 3, "binary file skipped: {out}");
     }
 
@@ -261,7 +264,7 @@ mod tests {
         let out = grep(dir.path(), &args("zeta", "src")).unwrap();
         assert_eq!(
             out,
-            "no matches for \"zeta\" in src (2 files searched, 1 binary or oversized skipped)"
+            "no matches for \"zeta\" in src (2 files searched, 1 binary, oversized or unreadable skipped)"
         );
     }
 

@@ -96,7 +96,13 @@ struct EditFileArgs {
 /// Read the file first so `old_text` matches it character for character.
 #[tool]
 fn edit_file(args: EditFileArgs) -> Result<String, FsError> {
-    edit::edit_file(root(), &args.path, &args.old_text, &args.new_text, args.replace_all)
+    edit::edit_file(
+        root(),
+        &args.path,
+        &args.old_text,
+        &args.new_text,
+        args.replace_all,
+    )
 }
 
 #[derive(Deserialize, ToolArgs)]

@@ -87,7 +87,10 @@ mod tests {
             [".env", "Cargo.toml", "empty/", "src/"]
         );
         assert!(
-            out.lines().nth(4).unwrap().starts_with("(skipped .git/:"),
+            out.lines()
+                .nth(4)
+                .unwrap()
+                .starts_with("(not entered: .git/;"),
             "{out}"
         );
         assert_eq!(

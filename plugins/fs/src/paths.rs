@@ -41,7 +41,10 @@ pub type FsResult<T> = Result<T, FsError>;
 pub fn io_error(err: io::Error, what: &str, rel: &str) -> FsError {
     match err.kind() {
         io::ErrorKind::NotFound => FsError::Failed(format!("{what} not found: {rel}")),
-        io::ErrorKind::PermissionDenied => FsError::Denied(format!("permission denied: {rel}")),
+        // The sandbox also refuses symlinks that lead out of the workspace.
+        io::ErrorKind::PermissionDenied => FsError::Denied(format!(
+            "permission denied: {rel} (paths may not leave the workspace, not even through symlinks)"
+        )),
         _ => FsError::Failed(format!("{rel}: {}", os_message(&err))),
     }
 }
@@ -50,9 +53,11 @@ pub fn io_error(err: io::Error, what: &str, rel: &str) -> FsError {
 /// user granted this plugin the workspace read-only, so say so.
 pub fn write_error(err: io::Error, rel: &str) -> FsError {
     match err.kind() {
-        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => FsError::Denied(format!(
-            "cannot write {rel}: permission denied (the workspace may be granted read-only)"
-        )),
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
+            FsError::Denied(format!(
+                "cannot write {rel}: permission denied (the workspace may be granted read-only)"
+            ))
+        }
         _ => io_error(err, "file", rel),
     }
 }
@@ -242,7 +247,7 @@ pub fn skipped_note(skipped: &[String]) -> Option<String> {
         names.push_str(&format!(" and {} more", skipped.len() - SHOWN));
     }
     Some(format!(
-        "(skipped {names}: version control, build output and dependencies are not searched; pass such a directory as path to look inside)"
+        "(not entered: {names}; pass one as path to look inside)"
     ))
 }
 
@@ -300,11 +305,17 @@ mod tests {
             "file",
             "x",
         );
-        assert_eq!(e, FsError::Denied("permission denied: x".into()));
+        assert!(
+            matches!(&e, FsError::Denied(m) if m.starts_with("permission denied: x (")),
+            "{e}"
+        );
         let e = write_error(io::Error::from(io::ErrorKind::PermissionDenied), "x");
         assert!(e.to_string().contains("read-only"), "{e}");
         let e = io_error(io::Error::from_raw_os_error(21), "file", "d");
-        assert!(matches!(&e, FsError::Failed(m) if m.starts_with("d: ") && !m.contains("os error")), "{e}");
+        assert!(
+            matches!(&e, FsError::Failed(m) if m.starts_with("d: ") && !m.contains("os error")),
+            "{e}"
+        );
     }
 
     fn tree() -> tempfile::TempDir {
@@ -366,9 +377,9 @@ mod tests {
         );
         assert_eq!(skipped, [".git/", "sub/node_modules/", "target/"]);
         let note = skipped_note(&skipped).unwrap();
-        assert!(
-            note.starts_with("(skipped .git/, sub/node_modules/, target/:"),
-            "{note}"
+        assert_eq!(
+            note,
+            "(not entered: .git/, sub/node_modules/, target/; pass one as path to look inside)"
         );
     }
 

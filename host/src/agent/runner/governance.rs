@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn large_results_are_compacted_oldest_first_and_stay_compacted() {
-        let big = "x".repeat(4000); // ~1000 tokens each
+        let big: String = (0..800).map(|i| format!("line {i} of the file\n")).collect();
         let messages = vec![
             Message::system("s"),
             Message::user("q"),
@@ -201,8 +201,13 @@ mod tests {
             call("b"),
             Message::tool_result("b", "read_file", big.clone()),
         ];
+        // A budget that one compaction brings under 85%, two are not needed for.
+        let full = estimate_request(&messages, &[]);
+        let one_result = crate::tokens::estimate_text(&big);
+        let budget = ((full - one_result + 200) as f64 / COMPACTION_TARGET) as usize;
+        assert!(budget < full, "the request starts over budget");
         let mut gov = Governance::default();
-        let copy = gov.prepare(&messages, &[], 1500, 1, |_| true);
+        let copy = gov.prepare(&messages, &[], budget, 1, |_| true);
         assert!(copy[3].text().contains("compacted"), "oldest first");
         assert_eq!(copy[5].text(), big, "stops once under 85%");
         assert_eq!(messages[3].text(), big, "the original is untouched");
