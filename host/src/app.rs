@@ -9,6 +9,7 @@ use crate::agent::AgentCore;
 use crate::agent::context::ContextBuilder;
 use crate::agent::runner::{AgentHook, AgentRunner};
 use crate::bus::MessageBus;
+use crate::compact::{AutoCompact, ConsolidationSettings, Consolidator, HistoryArchive, SummaryLimits, SystemClock};
 use crate::config::{Config, ConfigError, DataDir};
 use crate::provider::{OpenAiOptions, OpenAiProvider, Provider, RetryPolicy};
 use crate::session::JsonlStore;
@@ -103,7 +104,15 @@ impl App {
     /// The agent's shared services over `provider`, with `hooks` added to
     /// every run.
     pub fn agent_core(&self, provider: Arc<dyn Provider>, bus: Arc<MessageBus>, hooks: Vec<Arc<dyn AgentHook>>) -> AgentCore {
+        let agent = &self.config.agent;
+        let archive = HistoryArchive::new(&self.workspace);
+        let consolidator = Consolidator::new(provider.clone(), agent.model.clone(), archive.clone(), ConsolidationSettings::from_config(agent));
+        let idle_after = std::time::Duration::from_secs(agent.idle_compact_after_minutes.saturating_mul(60));
+        let auto_compact = AutoCompact::new(provider.clone(), agent.model.clone(), archive, idle_after, Arc::new(SystemClock))
+            .with_limits(SummaryLimits::from_config(agent));
         AgentCore {
+            consolidator,
+            auto_compact,
             settings: self.config.agent.clone(),
             runner: AgentRunner::new(provider),
             tools: self.tools.clone(),

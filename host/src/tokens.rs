@@ -13,27 +13,28 @@
 //! downloaded at build or run time. It is loaded once, lazily, by the first
 //! count (or by [`warm_up`]), so process start pays nothing for it.
 //!
-//! Chosen over `tiktoken-rs` 0.12.1 (the newest; it also builds on rustc 1.95).
-//! Both give identical cl100k counts. Measured on the 2-core dev machine
-//! (noisy, other builds running; see `benches/tokens.rs`):
+//! Chosen over `tiktoken-rs` 0.12.1 (the newest; it also builds on rustc
+//! 1.95). Both give identical cl100k counts on every text tried. Measured on
+//! the 2-core dev machine, side by side (noisy: other builds were running;
+//! `benches/tokens.rs` prints the bpe-openai figures):
 //!
 //! | | bpe-openai 0.3.2 | tiktoken-rs 0.12.1 |
 //! | --- | --- | --- |
-//! | first use (load + first count) | 50–80 ms | 170–400 ms |
-//! | count, 4 KB English + code | ~4–8 M tokens/s | ~1.5–2 M tokens/s |
-//! | count, 200-byte message | ~6 µs | ~20 µs |
-//! | 100 KB of random letters | ~20 ms | ~43 ms |
+//! | first use (load + first count) | 40–75 ms | 130–220 ms |
+//! | count, 4 KB English + code | 160–250 µs (4–6 M tokens/s) | ~480 µs (~2 M tokens/s) |
+//! | count, 200-byte message | 5–11 µs | ~21 µs |
+//! | 100 KB of random letters | ~22 ms | ~43 ms |
 //! | resident memory after load | ~35 MB | ~27 MB |
-//! | binary size added | ~15 MB (the serialized dictionary) | ~2 MB |
-//! | added clean build (CPU, incl. build-script run) | ~2–3 min | ~45 s (`fancy-regex` 0.19 + itertself) |
+//! | binary size added | ~15 MB (the prebuilt dictionary) | ~2 MB |
+//! | added clean build, CPU time | ~185 s, of which ~110 s run its build script | ~45 s (`fancy-regex` 0.19, a second copy) |
 //!
-//! For a count-only use on many messages, and a CLI whose first request pays
-//! the load, bpe-openai is the better trade: 2–3× faster counting, 3× faster
-//! load, a count that allocates no token vector, and a worst case that stays
-//! linear (tiktoken's merge loop is quadratic in the length of one
-//! pre-token). Its costs are paid once per clean build (its build script
-//! serializes the dictionaries, unoptimised unless the workspace sets
-//! `[profile.release.package.bpe] opt-level = 3`) and in binary size.
+//! We only count, on many messages, and a CLI pays the load on its first
+//! request: bpe-openai counts 2–4× faster and loads 3× faster, and nothing
+//! at run time parses a vocabulary. Its costs are once per clean build and
+//! in binary size. The build script runs unoptimised (build dependencies
+//! are built at opt-level 0); with `[profile.release.package.bpe]` and
+//! `[profile.release.package.aneubeck-daachorse]` at `opt-level = 3` in the
+//! workspace manifest it takes ~35 s instead of ~110 s.
 //!
 //! # Fallbacks
 //!
@@ -123,6 +124,16 @@ pub fn estimate_text(text: &str) -> usize {
 
 /// Tokens of one message, tool calls included.
 pub fn estimate_message(message: &Message) -> usize {
+    let size = message.counted_size();
+    if let Some(tokens) = message.token_memo().get(size) {
+        return tokens;
+    }
+    let tokens = count_message(message);
+    message.token_memo().set(size, tokens);
+    tokens
+}
+
+fn count_message(message: &Message) -> usize {
     let calls: usize = message
         .tool_calls
         .iter()
@@ -223,7 +234,7 @@ mod tests {
             assert!(count.abs_diff(n * one) <= n, "{n} copies: {count} vs {}", n * one);
             previous = count;
         }
-        // One more character can merge the last tokens ("WebAss" + "e"), so
+        // One more character can merge the last tokens into fewer, so
         // a longer prefix may have a token or two fewer, never more than
         // that; and cutting a text in two costs a few tokens at most.
         let whole = count_tokens(SAMPLE);

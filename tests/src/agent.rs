@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chitin::agent::runner::AgentHook;
-use chitin::agent::{AgentLoop, TurnOutcome};
+use chitin::agent::{AgentCore, AgentLoop, TurnOutcome};
 use chitin::app::{App, AppOptions};
 use chitin::bus::MessageBus;
 use chitin::config::DataDir;
@@ -57,16 +57,22 @@ impl TestAgent {
 
     /// An agent; `extra` is appended to the `[agent]` table of the config.
     pub fn with_config(mock: MockLlm, extra_agent: &str) -> TestAgent {
-        TestAgent::build(mock, extra_agent, "")
+        TestAgent::build(mock, extra_agent, "", |_| {})
+    }
+
+    /// An agent whose core is adjusted by `customize` before it starts
+    /// (e.g. an idle compactor on a manual clock).
+    pub fn customized(mock: MockLlm, extra_agent: &str, customize: impl FnOnce(&mut AgentCore)) -> TestAgent {
+        TestAgent::build(mock, extra_agent, "", customize)
     }
 
     /// An agent whose hostile plugin also gets `grant` (TOML lines of
     /// `[plugins.hostile]`).
     pub fn with_plugin_grant(mock: MockLlm, grant: &str) -> TestAgent {
-        TestAgent::build(mock, "", grant)
+        TestAgent::build(mock, "", grant, |_| {})
     }
 
-    fn build(mock: MockLlm, extra_agent: &str, grant: &str) -> TestAgent {
+    fn build(mock: MockLlm, extra_agent: &str, grant: &str, customize: impl FnOnce(&mut AgentCore)) -> TestAgent {
         let home = tempfile::tempdir().expect("temp dir");
         let defaults: String = ["model = \"mock-model\"", "provider = \"mock\"", "stream = false", "llm_timeout_secs = 10"]
             .iter()
@@ -93,7 +99,8 @@ impl TestAgent {
         .expect("provider");
         let bus = Arc::new(MessageBus::new());
         let recorder = Arc::new(Recorder::default());
-        let core = app.agent_core(Arc::new(provider), bus.clone(), vec![recorder.clone()]);
+        let mut core = app.agent_core(Arc::new(provider), bus.clone(), vec![recorder.clone()]);
+        customize(&mut core);
         TestAgent { mock, agent: AgentLoop::new(Arc::new(core)), bus, recorder, app, home }
     }
 

@@ -73,7 +73,6 @@ impl AgentLoop {
     /// waits for the running turns to finish.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         let mut tasks = JoinSet::new();
-        let mut last_idle_check = Instant::now();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -81,12 +80,7 @@ impl AgentLoop {
                 next = tokio::time::timeout(INBOUND_POLL, self.core.bus.consume_inbound()) => match next {
                     Ok(Some(message)) => self.accept(message, &mut tasks),
                     Ok(None) => break,
-                    Err(_) => {
-                        if last_idle_check.elapsed() >= Duration::from_secs(60) {
-                            last_idle_check = Instant::now();
-                            self.idle_check();
-                        }
-                    }
+                    Err(_) => self.idle_check(&mut tasks),
                 },
             }
             while tasks.try_join_next().is_some() {}
@@ -97,8 +91,78 @@ impl AgentLoop {
         }
     }
 
-    /// Hook for idle compaction (see `compact`).
-    fn idle_check(&self) {}
+    /// Idle compaction: at most once a minute (by the compactor's clock),
+    /// summarise sessions idle past the TTL. Runs as a task; sessions with a
+    /// running turn, or whose lock is taken, are skipped until the next scan.
+    pub fn idle_check(&self, tasks: &mut JoinSet<()>) {
+        let auto = &self.core.auto_compact;
+        if !auto.enabled() || !auto.should_scan() {
+            return;
+        }
+        let this = self.clone();
+        tasks.spawn(async move {
+            this.compact_idle_sessions().await;
+        });
+    }
+
+    /// One idle-compaction scan over every stored session; returns how many
+    /// were compacted.
+    pub async fn compact_idle_sessions(&self) -> usize {
+        let keys = match self.core.sessions.list() {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!("idle compaction: cannot list sessions: {e}");
+                return 0;
+            }
+        };
+        let mut compacted = 0;
+        for key in keys {
+            if self.core.active.get(&key).is_some() {
+                continue;
+            }
+            let lock = self.lock_for(&key);
+            let Ok(_serial) = lock.try_lock() else { continue };
+            let Ok(mut session) = self.core.sessions.load(&key) else { continue };
+            if self.core.auto_compact.is_expired(&session) {
+                let (channel, chat_id) = key.split_once(':').unwrap_or(("", key.as_str()));
+                let prompt = self.core.system_prompt(channel, chat_id, &key, None);
+                match self.core.auto_compact.compact(&mut session, &prompt).await {
+                    Ok(_) => match self.core.sessions.save(&mut session) {
+                        Ok(()) => compacted += 1,
+                        Err(e) => tracing::warn!(session = %key, "idle compaction not saved: {e}"),
+                    },
+                    Err(e) => tracing::warn!(session = %key, "idle compaction failed: {e}"),
+                }
+            }
+            self.core.sessions.release(session);
+        }
+        compacted
+    }
+
+    /// Token consolidation after a turn, off the reply path, under the
+    /// session lock so it never races the next turn.
+    async fn consolidate_in_background(&self, key: String, channel: String, chat_id: String) {
+        let lock = self.lock_for(&key);
+        let _serial = lock.lock().await;
+        let Ok(mut session) = self.core.sessions.load(&key) else { return };
+        let summary = session.metadata.get(crate::compact::LAST_SUMMARY).and_then(|s| s.get("text")).and_then(|t| t.as_str()).map(str::to_string);
+        let prompt = self.core.system_prompt(&channel, &chat_id, &key, summary);
+        let overhead = crate::compact::prompt_overhead(&prompt, self.core.tools.definitions(), &crate::session::Message::user(""));
+        match self.core.consolidator.maybe_consolidate(&mut session, &prompt, overhead).await {
+            Ok(report) if report.changed() => {
+                if let Err(e) = self.core.sessions.save(&mut session) {
+                    tracing::warn!(session = %key, "consolidation not saved: {e}");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(session = %key, "background consolidation failed: {e}"),
+        }
+        self.core.sessions.release(session);
+    }
+
+    fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks.lock().expect("locks").entry(key.to_string()).or_default().clone()
+    }
 
     fn accept(&self, message: InboundMessage, tasks: &mut JoinSet<()>) {
         let key = message.session_key();
@@ -202,8 +266,8 @@ impl AgentLoop {
     /// Runs one turn under the session lock and the global semaphore.
     pub async fn process(&self, message: InboundMessage, stream: Option<StreamSink>) -> TurnOutcome {
         let key = message.session_key();
-        let lock = self.locks.lock().expect("locks").entry(key.clone()).or_default().clone();
-        let _serial = lock.lock().await;
+        let lock = self.lock_for(&key);
+        let serial = lock.lock().await;
         let _permit = match &self.semaphore {
             Some(s) => Some(s.clone().acquire_owned().await.expect("the semaphore is never closed")),
             None => None,
@@ -223,6 +287,12 @@ impl AgentLoop {
                     if let Some(session) = ctx.session.take() {
                         self.core.sessions.release(session);
                     }
+                    if ctx.consolidate_after {
+                        let this = self.clone();
+                        let (channel, chat_id) = (ctx.inbound.channel.clone(), ctx.inbound.chat_id.clone());
+                        let key = key.clone();
+                        tokio::spawn(async move { this.consolidate_in_background(key, channel, chat_id).await });
+                    }
                     TurnOutcome::Done(Box::new(ctx))
                 }
                 Err(e) => {
@@ -237,6 +307,7 @@ impl AgentLoop {
             }
         };
         self.core.active.remove(&key, &active);
+        drop(serial);
         // Nothing is lost: whatever the turn did not inject goes back on the
         // bus, to be handled as ordinary messages.
         for leftover in active.pending.take_all() {

@@ -6,10 +6,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use chrono::Utc;
+
 use super::active::ActiveTurns;
-use super::context::ContextBuilder;
+use super::context::{ArchiveContext, ContextBuilder, RuntimeFacts};
 use super::runner::{AgentHook, AgentRunner};
 use crate::bus::MessageBus;
+use crate::compact::{AutoCompact, Consolidator};
 use crate::config::AgentConfig;
 use crate::session::SessionStore;
 use crate::tools::ToolRegistry;
@@ -36,12 +39,36 @@ pub struct AgentCore {
     pub started_at: Instant,
     /// Turns running now, by session.
     pub active: ActiveTurns,
+    /// Token consolidation (before BUILD, and in the background after SAVE).
+    pub consolidator: Consolidator,
+    /// Idle compaction, scanned from `AgentLoop::run`.
+    pub auto_compact: AutoCompact,
 }
+
+/// Archived history entries of a session shown in its system prompt.
+pub const RECENT_HISTORY_ENTRIES: usize = 8;
+
+/// Token bound of those entries.
+pub const RECENT_HISTORY_TOKENS: usize = 2_000;
 
 impl AgentCore {
     /// The per-request model timeout.
     pub fn llm_timeout(&self) -> Duration {
         Duration::from_secs(self.settings.llm_timeout_secs.max(1))
+    }
+
+    /// The system prompt of a turn in `session_key` on `channel`/`chat_id`,
+    /// with this session's recent archived history and `last_summary`.
+    pub fn system_prompt(&self, channel: &str, chat_id: &str, session_key: &str, last_summary: Option<String>) -> String {
+        let facts = RuntimeFacts {
+            model: self.settings.model.clone(),
+            channel: channel.to_string(),
+            chat_id: chat_id.to_string(),
+            now: Utc::now(),
+            tool_names: self.tools.names().map(str::to_string).collect(),
+        };
+        let recent_history = self.consolidator.archive().recent(session_key, RECENT_HISTORY_ENTRIES, RECENT_HISTORY_TOKENS);
+        self.context.system_prompt(&facts, &ArchiveContext { recent_history, last_summary })
     }
 
     /// The `/status` text of `session`.

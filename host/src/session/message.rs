@@ -76,6 +76,48 @@ pub struct Message {
     /// Host annotations: `timestamp`, `media`, `_command`, ...
     #[serde(flatten)]
     pub meta: Map<String, Value>,
+    /// The message's token estimate, remembered (see `crate::tokens`).
+    #[serde(skip)]
+    pub(crate) tokens: TokenMemo,
+}
+
+/// A remembered token count, tagged with the size of what was counted so an
+/// edited message is counted again. Prompt estimates run twice per turn over
+/// the whole unarchived history; with the memo each message is tokenized once.
+/// Never part of equality, serialization or `Debug` noise.
+#[derive(Default)]
+pub struct TokenMemo(std::sync::atomic::AtomicU64);
+
+impl TokenMemo {
+    /// The count remembered for content of `size` bytes, if any.
+    pub fn get(&self, size: usize) -> Option<usize> {
+        let packed = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        (packed != 0 && (packed >> 32) as u32 == size as u32).then_some((packed & 0xffff_ffff) as usize - 1)
+    }
+
+    /// Remembers `tokens` for content of `size` bytes.
+    pub fn set(&self, size: usize, tokens: usize) {
+        let packed = ((size as u32 as u64) << 32) | (tokens.min(u32::MAX as usize - 1) as u64 + 1);
+        self.0.store(packed, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Clone for TokenMemo {
+    fn clone(&self) -> Self {
+        TokenMemo(std::sync::atomic::AtomicU64::new(self.0.load(std::sync::atomic::Ordering::Relaxed)))
+    }
+}
+
+impl PartialEq for TokenMemo {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for TokenMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenMemo")
+    }
 }
 
 /// Marks a slash command and its reply: persisted, never replayed.
@@ -83,7 +125,7 @@ pub const COMMAND_MARKER: &str = "_command";
 
 impl Message {
     fn new(role: Role, content: Option<String>) -> Self {
-        Message { role, content, tool_calls: Vec::new(), tool_call_id: None, name: None, meta: Map::new() }
+        Message { role, content, tool_calls: Vec::new(), tool_call_id: None, name: None, meta: Map::new(), tokens: TokenMemo::default() }
     }
 
     /// A system message.
@@ -120,6 +162,16 @@ impl Message {
     /// The text, or `""`.
     pub fn text(&self) -> &str {
         self.content.as_deref().unwrap_or_default()
+    }
+
+    /// Bytes of everything a token estimate counts: the memo's tag.
+    pub fn counted_size(&self) -> usize {
+        self.text().len() + self.tool_calls.iter().map(|c| c.function.name.len() + c.function.arguments.len() + 1).sum::<usize>()
+    }
+
+    /// The remembered token estimate.
+    pub fn token_memo(&self) -> &TokenMemo {
+        &self.tokens
     }
 
     /// True for a slash command or its reply.

@@ -1,28 +1,39 @@
-//! BUILD: history, then the prompt (system prompt, history, current message),
-//! and the user message persisted before the model is called.
+//! BUILD: (1) token consolidation when the prompt estimate reached the
+//! budget, (2) history, (3) the prompt (system prompt, history, current
+//! message); the user message is persisted before the model is called.
 
-use chrono::Utc;
 use serde_json::Value;
 
 use super::{TurnContext, TurnError, TurnEvent};
-use crate::agent::context::{ArchiveContext, RuntimeFacts};
 use crate::agent::core::AgentCore;
 use crate::agent::pending::user_message;
+use crate::compact::prompt_overhead;
 use crate::session::PENDING_USER_TURN;
 use crate::tokens::{estimate_message, estimate_request};
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     let budget = core.input_budget();
     let current = user_message(&ctx.inbound);
-    let facts = RuntimeFacts {
-        model: core.settings.model.clone(),
-        channel: ctx.inbound.channel.clone(),
-        chat_id: ctx.inbound.chat_id.clone(),
-        now: Utc::now(),
-        tool_names: core.tools.names().map(str::to_string).collect(),
-    };
-    let archive = ArchiveContext { recent_history: Vec::new(), last_summary: ctx.pending_summary.clone() };
-    let system_prompt = core.context.system_prompt(&facts, &archive);
+    let (channel, chat_id, key) = (ctx.inbound.channel.clone(), ctx.inbound.chat_id.clone(), ctx.session_key.clone());
+    let summary = ctx.pending_summary.clone();
+    let mut system_prompt = core.system_prompt(&channel, &chat_id, &key, summary.clone());
+    ctx.prompt_overhead = prompt_overhead(&system_prompt, core.tools.definitions(), &current);
+
+    let (ephemeral, overhead) = (ctx.ephemeral, ctx.prompt_overhead);
+    let session = ctx.session_mut()?;
+    if core.consolidator.needs_consolidation(session, overhead) {
+        match core.consolidator.maybe_consolidate(session, &system_prompt, overhead).await {
+            Ok(report) if report.changed() => {
+                if !ephemeral {
+                    core.sessions.save(session)?;
+                }
+                // The archive gained entries the system prompt shows.
+                system_prompt = core.system_prompt(&channel, &chat_id, &key, summary);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(session = %key, "consolidation failed: {e}"),
+        }
+    }
 
     let session = ctx.session_mut()?;
     ctx.history = session.get_history(core.settings.history_max_messages, budget, estimate_message);
@@ -30,7 +41,6 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     ctx.initial_messages = core.context.build_messages(system_prompt, history, current.clone());
     let prompt_tokens = estimate_request(&ctx.initial_messages, core.tools.definitions());
 
-    let ephemeral = ctx.ephemeral;
     let session = ctx.session_mut()?;
     session.set_meta("last_prompt_tokens", Some(Value::from(prompt_tokens)));
     if !ephemeral {

@@ -22,10 +22,21 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         Parsed::Known(Command::Stop) => "No task is running.".to_string(),
         Parsed::Known(Command::New) => {
             let ephemeral = ctx.ephemeral;
+            let key = ctx.session_key.clone();
             let session = ctx.session_mut()?;
+            let tail: Vec<Message> = session.recent().iter().filter(|m| !m.is_command()).cloned().collect();
+            let cursor = session.messages.len();
             session.clear();
             if !ephemeral {
                 core.sessions.save(session)?;
+                // The cleared tail goes to the archive in the background: the
+                // user gets the new conversation at once.
+                let summariser = core.consolidator.summariser().clone();
+                tokio::spawn(async move {
+                    if let Err(e) = summariser.archive_chunk(&key, &tail, cursor, "", chrono::Utc::now()).await {
+                        tracing::warn!(session = %key, "archiving the cleared conversation failed: {e}");
+                    }
+                });
             }
             ctx.outbound = Some(OutboundMessage::reply(&ctx.inbound.channel, &ctx.inbound.chat_id, NEW_SESSION_TEXT));
             return Ok(TurnEvent::Shortcut);

@@ -4,8 +4,7 @@
 use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::core::AgentCore;
 
-/// Session metadata key holding the last archived summary.
-pub const LAST_SUMMARY: &str = "last_summary";
+use crate::compact::LAST_SUMMARY;
 
 pub async fn run(_core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     let session = ctx.session_mut()?;

@@ -147,6 +147,11 @@ pub struct TurnContext {
     pub outbound: Option<OutboundMessage>,
     /// When the turn started, for the user-perceived latency.
     pub started: Instant,
+    /// Prompt tokens besides the session's messages (BUILD), for the
+    /// consolidation check after SAVE.
+    pub prompt_overhead: usize,
+    /// SAVE found the session at its budget: consolidate in the background.
+    pub consolidate_after: bool,
 }
 
 impl TurnContext {
@@ -172,6 +177,8 @@ impl TurnContext {
             sent_to_chat: false,
             outbound: None,
             started: Instant::now(),
+            prompt_overhead: 0,
+            consolidate_after: false,
         }
     }
 

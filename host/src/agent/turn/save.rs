@@ -21,7 +21,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         added.push(Message::assistant(NO_FINAL_ANSWER));
     }
     let limit = core.settings.max_tool_result_chars;
-    let ephemeral = ctx.ephemeral;
+    let (ephemeral, overhead) = (ctx.ephemeral, ctx.prompt_overhead);
     let session = ctx.session_mut()?;
     let mut answered: HashSet<String> = session.messages.iter().filter_map(|m| m.tool_call_id.clone()).collect();
     let mut known: HashSet<String> = session.messages.iter().flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone())).collect();
@@ -51,6 +51,8 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     if !ephemeral {
         core.sessions.save(session)?;
     }
+    let needs = core.consolidator.needs_consolidation(session, overhead);
+    ctx.consolidate_after = needs && !ephemeral;
     Ok(TurnEvent::Ok)
 }
 
