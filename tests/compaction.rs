@@ -68,7 +68,7 @@ fn session_with(turns: usize, words: usize) -> Session {
 
 /// The overhead of a prompt with `SYSTEM_PROMPT`, no tools and a probe.
 fn overhead() -> usize {
-    prompt_overhead(SYSTEM_PROMPT, &[], &Message::user("probe"))
+    prompt_overhead(SYSTEM_PROMPT, 0, &Message::user("probe"))
 }
 
 /// The text of message `n` of request `i` to the mock.

@@ -6,6 +6,9 @@
 //!   the same two HTTP round trips to the mock take alone.
 //! - 200 sessions × 5 turns with 50 ms mock latency and no concurrency cap:
 //!   wall time against the ideal 0.5 s (5 turns × 2 requests × 50 ms).
+//! - The same per-turn figure at turn 10 000, where token consolidation is
+//!   active (the history no longer fits the window): the first turn pays for
+//!   the archiving, the median shows the steady state.
 //! - Peak RSS of the process.
 
 use std::sync::Arc;
@@ -15,8 +18,8 @@ use chitin::agent::{AgentLoop, TurnOutcome};
 use chitin::app::{App, AppOptions};
 use chitin::bus::MessageBus;
 use chitin::config::DataDir;
-use chitin::provider::{ChatRequest, OpenAiOptions, OpenAiProvider, Provider, RetryPolicy};
-use chitin::session::Message;
+use chitin::provider::{OpenAiOptions, OpenAiProvider, RetryPolicy};
+use chitin::session::{JsonlStore, Message, SessionStore, ToolCall};
 use chitin::testing::{MockLlm, MockReply};
 use serde_json::json;
 
@@ -26,18 +29,29 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         println!("chitin agent benchmark");
-        per_turn_overhead(&[10, 1_000], "").await;
+        for history in [10, 1_000, 10_000] {
+            per_turn_at(history).await;
+        }
         many_sessions().await;
         println!("peak RSS: {:.1} MiB", peak_rss_mib());
     });
 }
 
 /// A mock that answers "call shout" to a request whose last message is the
-/// user's, and a text answer after a tool result.
+/// user's, a text answer after a tool result, and notes to an archiving
+/// (consolidation) request.
 fn turn_mock() -> MockLlm {
     MockLlm::with_handler(|request, _| {
-        let last = request["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
-        if last["role"] == "tool" { MockReply::text("done") } else { MockReply::tool_call("shout", json!({"text": "hi"}).to_string()) }
+        let messages = request["messages"].as_array().cloned().unwrap_or_default();
+        let system = messages.first().and_then(|m| m["content"].as_str()).unwrap_or_default();
+        let last = messages.last().cloned().unwrap_or_default();
+        if system.contains("# Archiving task") {
+            MockReply::text("- earlier turns asked to shout hi")
+        } else if last["role"] == "tool" {
+            MockReply::text("done")
+        } else {
+            MockReply::tool_call("shout", json!({"text": "hi"}).to_string())
+        }
     })
 }
 
@@ -54,54 +68,82 @@ fn agent(mock: &MockLlm, home: &std::path::Path, extra_agent: &str) -> AgentLoop
 }
 
 async fn turn(agent: &AgentLoop, session: &str, text: &str) -> Duration {
+    timed_turn(agent, session, text).await.0
+}
+
+/// A turn's wall time and its per-state trace (state, ms).
+async fn timed_turn(agent: &AgentLoop, session: &str, text: &str) -> (Duration, Vec<(String, f64)>) {
     let started = Instant::now();
     match agent.process_direct(text, session, None).await {
-        TurnOutcome::Done(_) => started.elapsed(),
+        TurnOutcome::Done(ctx) => (started.elapsed(), ctx.trace.iter().map(|e| (format!("{:?}", e.state), e.duration_ms)).collect()),
         _ => panic!("turn failed"),
     }
 }
 
-/// Two bare round trips to the mock, as a turn makes them.
-async fn mock_round_trips(mock: &MockLlm) -> Duration {
-    let provider = OpenAiProvider::new(OpenAiOptions { base_url: mock.base_url(), retry: RetryPolicy::none(), stream: false, ..OpenAiOptions::default() }).unwrap();
-    let request = ChatRequest { model: "bench".into(), messages: vec![Message::user("hi")], tools: Arc::from([]), max_tokens: 100, temperature: None };
-    for _ in 0..50 {
-        provider.chat(&request, None).await;
+/// Two round trips to the mock carrying `body` (the turn's own last request,
+/// so the mock's parsing and the transfer of a long history are counted as
+/// the model's time, not the host's).
+async fn mock_round_trips(mock: &MockLlm, body: &serde_json::Value) -> Duration {
+    let client = reqwest::Client::new();
+    let url = format!("{}/chat/completions", mock.base_url());
+    let bytes = serde_json::to_vec(body).unwrap();
+    let post = || client.post(&url).header("content-type", "application/json").body(bytes.clone()).send();
+    for _ in 0..5 {
+        post().await.unwrap().bytes().await.unwrap();
     }
     let mut samples = Vec::new();
-    for _ in 0..200 {
+    for _ in 0..30 {
         let started = Instant::now();
-        provider.chat(&request, None).await;
-        provider.chat(&request, None).await;
+        post().await.unwrap().bytes().await.unwrap();
+        post().await.unwrap().bytes().await.unwrap();
         samples.push(started.elapsed());
     }
     median(samples)
 }
 
-pub async fn per_turn_overhead(at_turns: &[usize], extra_agent: &str) {
+/// Per-turn time once the session holds `history` earlier turns (written
+/// straight to the session file, as an earlier host would have left them).
+async fn per_turn_at(history: usize) {
     let mock = turn_mock();
     let home = tempfile::tempdir().unwrap();
-    let agent = agent(&mock, home.path(), extra_agent);
-    let http = mock_round_trips(&mock).await;
-    let mut done = 0;
-    for &target in at_turns {
-        while done + 10 < target {
-            turn(&agent, "cli:bench", &format!("message {done}: please shout hi")).await;
-            done += 1;
-        }
-        let mut samples = Vec::new();
-        for _ in 0..20 {
-            samples.push(turn(&agent, "cli:bench", &format!("message {done}: please shout hi")).await);
-            done += 1;
-        }
-        let total = median(samples);
-        println!(
-            "turn {target:>6}: {:.2} ms per turn, of which 2 mock round trips {:.2} ms → host overhead {:.2} ms",
-            ms(total),
-            ms(http),
-            ms(total.saturating_sub(http))
-        );
+    let agent = agent(&mock, home.path(), "");
+    let store = JsonlStore::new(home.path().join("sessions"));
+    let mut session = store.load("cli:bench").unwrap();
+    for i in 0..history {
+        let id = format!("h{i}");
+        session.push(Message::user(format!("message {i}: please shout hi")));
+        session.push(Message::assistant_calls(None, vec![ToolCall::new(&id, "shout", r#"{"text":"hi"}"#)]));
+        session.push(Message::tool_result(&id, "shout", "HI"));
+        session.push(Message::assistant("done"));
     }
+    store.save(&mut session).unwrap();
+    let summaries_before = mock.request_count();
+    let first = turn(&agent, "cli:bench", "please shout hi").await;
+    let mut samples = Vec::new();
+    let mut states: Vec<(String, f64)> = Vec::new();
+    for i in 0..20 {
+        let (took, trace) = timed_turn(&agent, "cli:bench", &format!("again {i}: please shout hi")).await;
+        samples.push(took);
+        for (state, ms) in trace {
+            match states.iter_mut().find(|(s, _)| *s == state) {
+                Some(entry) => entry.1 += ms / 20.0,
+                None => states.push((state, ms / 20.0)),
+            }
+        }
+    }
+    let total = median(samples);
+    let http = mock_round_trips(&mock, &mock.last_request().unwrap()).await;
+    let breakdown: Vec<String> = states.iter().map(|(s, ms)| format!("{s} {ms:.2}")).collect();
+    let archiving = mock.request_count() - summaries_before - 21 * 2;
+    println!(
+        "turn {:>6}: first turn {:.1} ms ({archiving} archiving requests); then median {:.2} ms per turn, of which 2 mock round trips {:.2} ms → host overhead {:.2} ms",
+        history + 1,
+        ms(first),
+        ms(total),
+        ms(http),
+        ms(total.saturating_sub(http))
+    );
+    println!("             mean ms per state: {}", breakdown.join(", "));
 }
 
 async fn many_sessions() {

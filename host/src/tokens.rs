@@ -258,9 +258,10 @@ mod tests {
         assert_eq!(estimate_message(&call), 2 * PER_MESSAGE_OVERHEAD + count_tokens(name) + count_tokens(args));
         let tool = serde_json::json!({"type": "function", "function": {"name": "read_file"}});
         assert_eq!(estimate_tools(std::slice::from_ref(&tool)), count_tokens(&tool.to_string()));
+        let tools = [tool];
         assert_eq!(
-            estimate_request(&[Message::user(text), call.clone()], &[tool.clone()]),
-            estimate_message(&Message::user(text)) + estimate_message(&call) + estimate_tools(&[tool])
+            estimate_request(&[Message::user(text), call.clone()], &tools),
+            estimate_message(&Message::user(text)) + estimate_message(&call) + estimate_tools(&tools)
         );
     }
 }

@@ -147,7 +147,7 @@ impl AgentLoop {
         let Ok(mut session) = self.core.sessions.load(&key) else { return };
         let summary = session.metadata.get(crate::compact::LAST_SUMMARY).and_then(|s| s.get("text")).and_then(|t| t.as_str()).map(str::to_string);
         let prompt = self.core.system_prompt(&channel, &chat_id, &key, summary);
-        let overhead = crate::compact::prompt_overhead(&prompt, self.core.tools.definitions(), &crate::session::Message::user(""));
+        let overhead = crate::compact::prompt_overhead(&prompt, self.core.tools.definitions_tokens(), &crate::session::Message::user(""));
         match self.core.consolidator.maybe_consolidate(&mut session, &prompt, overhead).await {
             Ok(report) if report.changed() => {
                 if let Err(e) = self.core.sessions.save(&mut session) {

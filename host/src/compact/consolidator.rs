@@ -24,7 +24,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde_json::Value;
 
 use super::CompactError;
 use super::archive::HistoryArchive;
@@ -34,7 +33,7 @@ use crate::agent::runner::governance::input_budget;
 use crate::config::AgentConfig;
 use crate::provider::Provider;
 use crate::session::{Message, Role, Session};
-use crate::tokens::{estimate_message, estimate_tools};
+use crate::tokens::estimate_message;
 
 /// Settings of token consolidation; every figure is a config value.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,10 +143,11 @@ pub fn estimate_unarchived(session: &Session) -> usize {
 /// The part of a prompt estimate that is not the session's unarchived
 /// messages: the system prompt (with memory, skills, archived history and
 /// summary), the tool definitions, and a probe user message standing for
-/// the current one. What [`Consolidator::maybe_consolidate`] takes as
+/// the current one (`tools_tokens`: `ToolRegistry::definitions_tokens`).
+/// What [`Consolidator::maybe_consolidate`] takes as
 /// `overhead_tokens`.
-pub fn prompt_overhead(system_prompt: &str, tools: &[Value], probe: &Message) -> usize {
-    estimate_message(&Message::system(system_prompt)) + estimate_tools(tools) + estimate_message(probe)
+pub fn prompt_overhead(system_prompt: &str, tools_tokens: usize, probe: &Message) -> usize {
+    estimate_message(&Message::system(system_prompt)) + tools_tokens + estimate_message(probe)
 }
 
 fn cost(message: &Message) -> usize {

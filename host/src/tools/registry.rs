@@ -57,7 +57,10 @@ struct Inner {
     tools: BTreeMap<String, Entry>,
     /// OpenAI-style function definitions, sorted by name and built once, so
     /// the prompt prefix stays byte-identical for provider prompt caching.
-    definitions: Vec<Value>,
+    /// Shared: every model request sends the same allocation.
+    definitions: Arc<[Value]>,
+    /// Their token estimate, counted once.
+    definitions_tokens: usize,
 }
 
 impl ToolRegistry {
@@ -77,13 +80,24 @@ impl ToolRegistry {
                 tools.insert(spec.name.clone(), entry);
             }
         }
-        let definitions = tools.values().map(|e| definition(&e.spec)).collect();
-        Ok(ToolRegistry { inner: Arc::new(Inner { runtime, tools, definitions }) })
+        let definitions: Arc<[Value]> = tools.values().map(|e| definition(&e.spec)).collect();
+        let definitions_tokens = crate::tokens::estimate_tools(&definitions);
+        Ok(ToolRegistry { inner: Arc::new(Inner { runtime, tools, definitions, definitions_tokens }) })
     }
 
     /// Function definitions for the model, sorted by name.
     pub fn definitions(&self) -> &[Value] {
         &self.inner.definitions
+    }
+
+    /// The definitions as a shared slice, for requests.
+    pub fn shared_definitions(&self) -> Arc<[Value]> {
+        self.inner.definitions.clone()
+    }
+
+    /// Token estimate of the definitions.
+    pub fn definitions_tokens(&self) -> usize {
+        self.inner.definitions_tokens
     }
 
     /// Tool names, sorted.

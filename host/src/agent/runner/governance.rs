@@ -4,10 +4,13 @@
 
 use std::collections::HashSet;
 
-use serde_json::Value;
-
 use crate::session::{Message, Role};
-use crate::tokens::estimate_request;
+use crate::tokens::estimate_message;
+
+/// Tokens of `messages` plus tool definitions worth `tools_tokens`.
+fn estimate(messages: &[Message], tools_tokens: usize) -> usize {
+    messages.iter().map(estimate_message).sum::<usize>() + tools_tokens
+}
 
 /// Result text for a call whose result is missing.
 pub const INTERRUPTED_RESULT: &str = "Error: result unavailable, the call was interrupted before it finished.";
@@ -46,7 +49,7 @@ impl Governance {
     pub fn prepare(
         &mut self,
         messages: &[Message],
-        tools: &[Value],
+        tools_tokens: usize,
         budget: usize,
         run_start: usize,
         compactable: impl Fn(&str) -> bool,
@@ -59,7 +62,7 @@ impl Governance {
             }
         }
         self.apply_compaction(&mut copy);
-        if estimate_request(&copy, tools) > budget {
+        if estimate(&copy, tools_tokens) > budget {
             let target = (budget as f64 * COMPACTION_TARGET) as usize;
             let run_start = run_start.min(copy.len());
             let candidates: Vec<usize> = (run_start..copy.len())
@@ -72,7 +75,7 @@ impl Governance {
                 })
                 .collect();
             for i in candidates {
-                if estimate_request(&copy, tools) <= target {
+                if estimate(&copy, tools_tokens) <= target {
                     break;
                 }
                 if let Some(id) = copy[i].tool_call_id.clone() {
@@ -81,8 +84,8 @@ impl Governance {
                 compact(&mut copy[i]);
             }
         }
-        if estimate_request(&copy, tools) > budget {
-            snip(&mut copy, tools, budget);
+        if estimate(&copy, tools_tokens) > budget {
+            snip(&mut copy, tools_tokens, budget);
             repair_pairs(&mut copy);
         }
         copy
@@ -146,7 +149,7 @@ pub fn repair_pairs(messages: &mut Vec<Message>) {
 /// Drops old history until the request fits: system messages stay, and the
 /// kept tail starts at a user message. At least the last user message and
 /// what follows it are kept, even if that alone is over budget.
-fn snip(messages: &mut Vec<Message>, tools: &[Value], budget: usize) {
+fn snip(messages: &mut Vec<Message>, tools_tokens: usize, budget: usize) {
     let system: Vec<Message> = messages.iter().filter(|m| m.role == Role::System).cloned().collect();
     let rest: Vec<Message> = messages.iter().filter(|m| m.role != Role::System).cloned().collect();
     let user_starts: Vec<usize> = rest.iter().enumerate().filter(|(_, m)| m.role == Role::User).map(|(i, _)| i).collect();
@@ -154,7 +157,7 @@ fn snip(messages: &mut Vec<Message>, tools: &[Value], budget: usize) {
     for &start in &user_starts {
         let mut candidate = system.clone();
         candidate.extend_from_slice(&rest[start..]);
-        if estimate_request(&candidate, tools) <= budget {
+        if estimate(&candidate, tools_tokens) <= budget {
             chosen = start;
             break;
         }
@@ -202,17 +205,17 @@ mod tests {
             Message::tool_result("b", "read_file", big.clone()),
         ];
         // A budget that one compaction brings under 85%, two are not needed for.
-        let full = estimate_request(&messages, &[]);
+        let full = estimate(&messages, 0);
         let one_result = crate::tokens::estimate_text(&big);
         let budget = ((full - one_result + 200) as f64 / COMPACTION_TARGET) as usize;
         assert!(budget < full, "the request starts over budget");
         let mut gov = Governance::default();
-        let copy = gov.prepare(&messages, &[], budget, 1, |_| true);
+        let copy = gov.prepare(&messages, 0, budget, 1, |_| true);
         assert!(copy[3].text().contains("compacted"), "oldest first");
         assert_eq!(copy[5].text(), big, "stops once under 85%");
         assert_eq!(messages[3].text(), big, "the original is untouched");
         // Next request, plenty of room: still compacted.
-        let copy = gov.prepare(&messages, &[], 100_000, 1, |_| true);
+        let copy = gov.prepare(&messages, 0, 100_000, 1, |_| true);
         assert!(copy[3].text().contains("compacted"));
     }
 
@@ -224,10 +227,10 @@ mod tests {
             messages.push(Message::assistant(format!("answer {i} {}", "z".repeat(400))));
         }
         let mut gov = Governance::default();
-        let copy = gov.prepare(&messages, &[], 1000, messages.len(), |_| false);
+        let copy = gov.prepare(&messages, 0, 1000, messages.len(), |_| false);
         assert_eq!(copy[0].role, Role::System);
         assert_eq!(copy[1].role, Role::User);
-        assert!(crate::tokens::estimate_request(&copy, &[]) <= 1000);
+        assert!(estimate(&copy, 0) <= 1000);
         assert!(copy.last().unwrap().text().starts_with("answer 19"));
     }
 }

@@ -9,7 +9,7 @@ use crate::agent::core::AgentCore;
 use crate::agent::pending::user_message;
 use crate::compact::prompt_overhead;
 use crate::session::PENDING_USER_TURN;
-use crate::tokens::{estimate_message, estimate_request};
+use crate::tokens::estimate_message;
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     let budget = core.input_budget();
@@ -17,7 +17,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     let (channel, chat_id, key) = (ctx.inbound.channel.clone(), ctx.inbound.chat_id.clone(), ctx.session_key.clone());
     let summary = ctx.pending_summary.clone();
     let mut system_prompt = core.system_prompt(&channel, &chat_id, &key, summary.clone());
-    ctx.prompt_overhead = prompt_overhead(&system_prompt, core.tools.definitions(), &current);
+    ctx.prompt_overhead = prompt_overhead(&system_prompt, core.tools.definitions_tokens(), &current);
 
     let (ephemeral, overhead) = (ctx.ephemeral, ctx.prompt_overhead);
     let session = ctx.session_mut()?;
@@ -38,8 +38,10 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     let session = ctx.session_mut()?;
     ctx.history = session.get_history(core.settings.history_max_messages, budget, estimate_message);
     let history = ctx.history.clone();
+    // The overhead already counts the system prompt, tools and the current
+    // message; history counts are remembered per message.
+    let prompt_tokens = ctx.prompt_overhead + history.iter().map(estimate_message).sum::<usize>();
     ctx.initial_messages = core.context.build_messages(system_prompt, history, current.clone());
-    let prompt_tokens = estimate_request(&ctx.initial_messages, core.tools.definitions());
 
     let session = ctx.session_mut()?;
     session.set_meta("last_prompt_tokens", Some(Value::from(prompt_tokens)));

@@ -23,8 +23,12 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     let limit = core.settings.max_tool_result_chars;
     let (ephemeral, overhead) = (ctx.ephemeral, ctx.prompt_overhead);
     let session = ctx.session_mut()?;
-    let mut answered: HashSet<String> = session.messages.iter().filter_map(|m| m.tool_call_id.clone()).collect();
-    let mut known: HashSet<String> = session.messages.iter().flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone())).collect();
+    // Calls and results of this turn only: they start at its user message
+    // (persisted in BUILD), so the scan costs O(turn), not O(history).
+    let turn_start = session.messages.iter().rposition(|m| m.role == Role::User && !m.is_command()).unwrap_or(0);
+    let this_turn = &session.messages[turn_start..];
+    let mut answered: HashSet<String> = this_turn.iter().filter_map(|m| m.tool_call_id.clone()).collect();
+    let mut known: HashSet<String> = this_turn.iter().flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone())).collect();
     for mut message in added {
         match message.role {
             Role::Assistant if message.text().trim().is_empty() && message.tool_calls.is_empty() => continue,
