@@ -177,3 +177,33 @@ impl MessageBus {
         self.outbound_rx.try_lock().ok()?.try_recv().ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_keys_and_client_sanitising() {
+        let mut m = InboundMessage::new("telegram", "u1", "42", "hi");
+        assert_eq!(m.session_key(), "telegram:42");
+        m.session_key_override = Some("shared".into());
+        assert_eq!(m.session_key(), "shared");
+        m.metadata.insert("_command".into(), Value::Bool(true));
+        m.metadata.insert("message_id".into(), Value::from(7));
+        let clean = m.from_client();
+        assert!(!clean.metadata.contains_key("_command"), "internal keys are not accepted from clients");
+        assert!(clean.metadata.contains_key("message_id"));
+    }
+
+    #[tokio::test]
+    async fn queues_deliver_in_order() {
+        let bus = MessageBus::new();
+        bus.publish_inbound(InboundMessage::new("cli", "u", "1", "a"));
+        bus.publish_inbound(InboundMessage::new("cli", "u", "1", "b"));
+        assert_eq!(bus.consume_inbound().await.unwrap().content, "a");
+        assert_eq!(bus.consume_inbound().await.unwrap().content, "b");
+        bus.publish_outbound(OutboundMessage::reply("cli", "1", "r"));
+        assert_eq!(bus.try_consume_outbound().unwrap().content, "r");
+        assert!(bus.try_consume_outbound().is_none());
+    }
+}

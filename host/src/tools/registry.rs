@@ -59,8 +59,9 @@ struct Inner {
     /// the prompt prefix stays byte-identical for provider prompt caching.
     /// Shared: every model request sends the same allocation.
     definitions: Arc<[Value]>,
-    /// Their token estimate, counted once.
-    definitions_tokens: usize,
+    /// Their token estimate, counted on first use (loading the tokenizer
+    /// costs tens of milliseconds that a plain tool call should not pay).
+    definitions_tokens: OnceLock<usize>,
 }
 
 impl ToolRegistry {
@@ -81,8 +82,7 @@ impl ToolRegistry {
             }
         }
         let definitions: Arc<[Value]> = tools.values().map(|e| definition(&e.spec)).collect();
-        let definitions_tokens = crate::tokens::estimate_tools(&definitions);
-        Ok(ToolRegistry { inner: Arc::new(Inner { runtime, tools, definitions, definitions_tokens }) })
+        Ok(ToolRegistry { inner: Arc::new(Inner { runtime, tools, definitions, definitions_tokens: OnceLock::new() }) })
     }
 
     /// Function definitions for the model, sorted by name.
@@ -97,7 +97,7 @@ impl ToolRegistry {
 
     /// Token estimate of the definitions.
     pub fn definitions_tokens(&self) -> usize {
-        self.inner.definitions_tokens
+        *self.inner.definitions_tokens.get_or_init(|| crate::tokens::estimate_tools(&self.inner.definitions))
     }
 
     /// Tool names, sorted.
