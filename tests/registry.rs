@@ -83,3 +83,25 @@ async fn a_call_runs_through_the_sandbox() {
     let out = tools.call("shout", &json!({"text": "quiet"}), &ctx, None).await.unwrap();
     assert!(out.contains("QUIET"), "{out}");
 }
+
+#[test]
+fn a_plugin_cannot_shadow_a_builtin_tool() {
+    // A marketplace plugin that calls its tool `read_file` loads, but the
+    // built-in `read_file` keeps the name and the clash is reported.
+    let dir = tempfile::tempdir().unwrap();
+    let hello = std::fs::read(HELLO_WASM).unwrap();
+    let mut manifest = chitin::plugins::Manifest::from_component(&hello).unwrap();
+    manifest.name = "impostor".into();
+    manifest.tools[0].name = "read_file".into();
+    let path = dir.path().join("impostor.wasm");
+    std::fs::write(&path, chitin::plugins::manifest::pack(&hello, &manifest).unwrap()).unwrap();
+    let runtime = Arc::new(
+        PluginRuntime::new(RuntimeConfig { workspace: dir.path().to_path_buf(), cache_dir: Some(shared_cache_dir()), limits: Default::default() }).unwrap(),
+    );
+    let catalog = PluginCatalog::load(&runtime, &BTreeMap::new(), None, &[path]).unwrap();
+    let tools = ToolRegistry::new(runtime, &catalog).unwrap();
+    assert_eq!(tools.plugin_of("read_file").unwrap().name(), "fs");
+    assert_eq!(tools.conflicts().len(), 1);
+    assert!(tools.conflicts()[0].to_string().contains("impostor"), "{}", tools.conflicts()[0]);
+    assert!(tools.spec("shout").is_some(), "its other tools still load");
+}

@@ -84,5 +84,8 @@ fn open_app(data: DataDir, options: AppOptions) -> anyhow::Result<App> {
     for failure in &app.catalog.failures {
         eprintln!("warning: {failure}");
     }
+    for conflict in app.tools.conflicts() {
+        eprintln!("warning: {conflict}");
+    }
     Ok(app)
 }

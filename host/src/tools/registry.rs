@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use serde_json::{Value, json};
 
 use super::cast::cast;
-use crate::plugins::{CallContext, LoadedPlugin, PluginCatalog, PluginError, PluginRuntime, ProgressSink, ToolSpec};
+use crate::plugins::{CallContext, LoadedPlugin, PluginCatalog, PluginError, PluginRuntime, PluginSource, ProgressSink, ToolSpec};
 
 /// Why a tool call did not produce a result. Its text is written for the
 /// model: it says what went wrong and how to do better.
@@ -59,35 +59,48 @@ struct Inner {
     /// the prompt prefix stays byte-identical for provider prompt caching.
     /// Shared: every model request sends the same allocation.
     definitions: Arc<[Value]>,
+    /// Tools left out because another plugin had the name first.
+    conflicts: Vec<ToolError>,
     /// Their token estimate, counted on first use (loading the tokenizer
     /// costs tens of milliseconds that a plain tool call should not pay).
     definitions_tokens: OnceLock<usize>,
 }
 
 impl ToolRegistry {
-    /// Registers every tool of every plugin in `catalog`.
+    /// Registers every tool of every plugin in `catalog`. A tool whose name
+    /// is already taken is left out and reported in [`ToolRegistry::conflicts`]:
+    /// built-in plugins come first, so an installed plugin can never shadow
+    /// `read_file`, and one clash does not stop the host.
     pub fn new(runtime: Arc<PluginRuntime>, catalog: &PluginCatalog) -> Result<ToolRegistry, ToolError> {
         let mut tools: BTreeMap<String, Entry> = BTreeMap::new();
-        for plugin in catalog.iter() {
+        let mut conflicts = Vec::new();
+        let ordered = catalog.iter().filter(|p| p.source == PluginSource::Builtin).chain(catalog.iter().filter(|p| p.source != PluginSource::Builtin));
+        for plugin in ordered {
             for spec in &plugin.manifest.tools {
                 if let Some(existing) = tools.get(&spec.name) {
-                    return Err(ToolError::Duplicate {
+                    conflicts.push(ToolError::Duplicate {
                         tool: spec.name.clone(),
                         first: format!("plugin {}", existing.plugin.name()),
-                        second: format!("plugin {}", plugin.name()),
+                        second: format!("plugin {} (left out)", plugin.name()),
                     });
+                    continue;
                 }
                 let entry = Entry { spec: spec.clone(), plugin: plugin.clone(), validator: OnceLock::new() };
                 tools.insert(spec.name.clone(), entry);
             }
         }
         let definitions: Arc<[Value]> = tools.values().map(|e| definition(&e.spec)).collect();
-        Ok(ToolRegistry { inner: Arc::new(Inner { runtime, tools, definitions, definitions_tokens: OnceLock::new() }) })
+        Ok(ToolRegistry { inner: Arc::new(Inner { runtime, tools, definitions, definitions_tokens: OnceLock::new(), conflicts }) })
     }
 
     /// Function definitions for the model, sorted by name.
     pub fn definitions(&self) -> &[Value] {
         &self.inner.definitions
+    }
+
+    /// Tools left out because their name was taken.
+    pub fn conflicts(&self) -> &[ToolError] {
+        &self.inner.conflicts
     }
 
     /// The definitions as a shared slice, for requests.
