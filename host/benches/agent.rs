@@ -132,9 +132,9 @@ async fn per_turn_at(history: usize) {
         }
     }
     let total = median(samples);
+    let archiving = mock.request_count() - summaries_before - 21 * 2;
     let http = mock_round_trips(&mock, &mock.last_request().unwrap()).await;
     let breakdown: Vec<String> = states.iter().map(|(s, ms)| format!("{s} {ms:.2}")).collect();
-    let archiving = mock.request_count() - summaries_before - 21 * 2;
     println!(
         "turn {:>6}: first turn {:.1} ms ({archiving} archiving requests); then median {:.2} ms per turn, of which 2 mock round trips {:.2} ms → host overhead {:.2} ms",
         history + 1,
