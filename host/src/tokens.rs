@@ -119,8 +119,36 @@ pub fn estimate_text_fast(text: &str) -> usize {
 
 /// Tokens of a text.
 pub fn estimate_text(text: &str) -> usize {
-    count_tokens(text)
+    if text.len() < LONG_TEXT_BYTES {
+        return count_tokens(text);
+    }
+    // Long texts recur: every turn builds the same system prompt again (a new
+    // string, so the per-message memo cannot help). Remember them by hash.
+    let key = {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(text, &mut hasher);
+        std::hash::Hasher::finish(&hasher)
+    };
+    if let Some(tokens) = LONG_TEXTS.lock().map(|m| m.get(&key).copied()).ok().flatten() {
+        return tokens;
+    }
+    let tokens = count_tokens(text);
+    if let Ok(mut memo) = LONG_TEXTS.lock() {
+        if memo.len() >= LONG_TEXTS_KEPT {
+            memo.clear();
+        }
+        memo.insert(key, tokens);
+    }
+    tokens
 }
+
+/// Texts at least this long are remembered by [`estimate_text`].
+const LONG_TEXT_BYTES: usize = 1024;
+
+/// How many long-text counts are kept before the memo starts over.
+const LONG_TEXTS_KEPT: usize = 4096;
+
+static LONG_TEXTS: LazyLock<std::sync::Mutex<std::collections::HashMap<u64, usize>>> = LazyLock::new(Default::default);
 
 /// Tokens of one message, tool calls included.
 pub fn estimate_message(message: &Message) -> usize {

@@ -56,11 +56,8 @@ pub trait SessionStore: Send + Sync {
     fn sync(&self) -> Result<(), SessionError>;
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct MetadataRecord {
-    #[serde(rename = "_type")]
-    kind: String,
-    key: String,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     #[serde(default)]
@@ -71,14 +68,27 @@ struct MetadataRecord {
 
 const METADATA: &str = "metadata";
 
-impl MetadataRecord {
-    fn of(session: &Session) -> Self {
-        MetadataRecord {
-            kind: METADATA.into(),
-            key: session.key.clone(),
+/// The metadata record as written: borrows from the session, so a save does
+/// not clone its metadata (which holds the runner's checkpoint mid-turn).
+#[derive(Serialize)]
+struct MetadataLine<'a> {
+    #[serde(rename = "_type")]
+    kind: &'static str,
+    key: &'a str,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    metadata: &'a Map<String, Value>,
+    last_consolidated: usize,
+}
+
+impl<'a> MetadataLine<'a> {
+    fn of(session: &'a Session) -> Self {
+        MetadataLine {
+            kind: METADATA,
+            key: &session.key,
             created_at: session.created_at,
             updated_at: session.updated_at,
-            metadata: session.metadata.clone(),
+            metadata: &session.metadata,
             last_consolidated: session.last_consolidated,
         }
     }
@@ -151,7 +161,7 @@ impl JsonlStore {
         std::fs::create_dir_all(&self.dir).map_err(Self::io(&self.dir))?;
         let mut tmp = tempfile::NamedTempFile::new_in(&self.dir).map_err(Self::io(&self.dir))?;
         let mut out = std::io::BufWriter::new(tmp.as_file_mut());
-        write_json_line(&mut out, &MetadataRecord::of(session)).map_err(Self::io(path))?;
+        write_json_line(&mut out, &MetadataLine::of(session)).map_err(Self::io(path))?;
         for message in &session.messages {
             write_json_line(&mut out, message).map_err(Self::io(path))?;
         }
@@ -166,7 +176,7 @@ impl JsonlStore {
         for message in &session.messages[session.persisted..] {
             write_json_line(&mut buf, message).map_err(Self::io(path))?;
         }
-        write_json_line(&mut buf, &MetadataRecord::of(session)).map_err(Self::io(path))?;
+        write_json_line(&mut buf, &MetadataLine::of(session)).map_err(Self::io(path))?;
         let mut file = OpenOptions::new().read(true).append(true).open(path).map_err(Self::io(path))?;
         if !ends_with_newline(&mut file).map_err(Self::io(path))? {
             // A crash cut the last append short: start on a fresh line so the
