@@ -4,11 +4,21 @@
 //! component. The host is native (tokio); plugins are untrusted WASI Preview 2
 //! components loaded through the `chitin:plugin` WIT package (`wit/`).
 //!
-//! Modules, in the order a tool call flows through them:
-//! - [`config`]: the data dir and `config.toml` (grants, limits);
-//! - [`app`]: builds the runtime, catalog and registry from a config;
+//! Modules, in the order a message flows through them
+//! (`../shared/spec/RUNTIME.md` is the behaviour spec; the names match it):
+//! - [`config`] and [`app`]: the data dir, `config.toml`, and assembling a
+//!   host (runtime, plugins, registry, agent core) from them;
+//! - [`bus`]: `InboundMessage`/`OutboundMessage` and the `MessageBus`;
+//! - [`agent`]: `AgentLoop` (dispatch, locks, pending injection), the turn
+//!   state machine, prompt assembly, and the `AgentRunner` ReAct loop;
+//! - [`provider`]: LLM providers (OpenAI-compatible chat completions);
 //! - [`tools`]: `ToolRegistry`, which repairs and validates arguments;
-//! - [`plugins`]: the wasmtime runtime, manifest, grants and sandbox.
+//! - [`plugins`]: the wasmtime runtime, manifest, grants and sandbox (the
+//!   only module that knows wasmtime);
+//! - [`session`]: `Session`, history rules and the JSONL `SessionStore`;
+//! - [`compact`] and [`tokens`]: consolidation, idle compaction, the archive,
+//!   token estimates;
+//! - [`testing`]: a scripted OpenAI-compatible server for tests and benches.
 //!
 //! Where this differs from `DESIGN.md`, and why:
 //! - Plugins are compiled lazily, on their first call, not at startup: startup
@@ -20,6 +30,12 @@
 //! - The Rust SDK writes the manifest from a compile-time JSON Schema (its own
 //!   derive) rather than schemars, because the manifest must be a constant in
 //!   the binary to be readable without running the plugin.
+//! - Session files append per turn (new messages plus a metadata record)
+//!   instead of rewriting the file: a turn costs O(new messages); the last
+//!   metadata record wins on load, and the file is rewritten compactly now
+//!   and then (see `session::store`).
+//! - The CLI is not a bus channel: it calls `AgentLoop::process_direct`, as
+//!   the spec says, and Ctrl-C maps to the same stop as `/stop`.
 
 pub mod agent;
 pub mod app;

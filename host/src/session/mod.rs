@@ -1,8 +1,8 @@
 //! Sessions: the persisted conversation of one chat (spec §6).
 //!
-//! - [`message`]: the message shape shared with providers;
-//! - [`session`]: `Session` and the history rules;
-//! - [`store`]: the `SessionStore` trait and the embedded JSONL store.
+//! - `message`: the message shape shared with providers;
+//! - `session`: `Session` and the history rules;
+//! - `store`: the `SessionStore` trait and the embedded JSONL store.
 
 mod message;
 #[allow(clippy::module_inception)]
