@@ -145,8 +145,7 @@ impl AgentLoop {
         let lock = self.lock_for(&key);
         let _serial = lock.lock().await;
         let Ok(mut session) = self.core.sessions.load(&key) else { return };
-        let summary = session.metadata.get(crate::compact::LAST_SUMMARY).and_then(|s| s.get("text")).and_then(|t| t.as_str()).map(str::to_string);
-        let prompt = self.core.system_prompt(&channel, &chat_id, &key, summary);
+        let prompt = self.core.system_prompt(&channel, &chat_id, &key, crate::compact::last_summary(&session));
         let overhead = crate::compact::prompt_overhead(&prompt, self.core.tools.definitions_tokens(), &crate::session::Message::user(""));
         match self.core.consolidator.maybe_consolidate(&mut session, &prompt, overhead).await {
             Ok(report) if report.changed() => {
@@ -183,14 +182,15 @@ impl AgentLoop {
                 self.core.bus.publish_outbound(OutboundMessage::reply(&message.channel, &message.chat_id, text));
                 return;
             }
-            let message = match active.pending.try_push(message) {
-                Ok(()) => return,
-                Err(message) => message,
-            };
-            let this = self.clone();
-            tasks.spawn(async move { this.dispatch(message).await });
-            return;
+            // Queued for injection; a full queue falls back to a task that
+            // waits for the lock.
+            let Err(message) = active.pending.try_push(message) else { return };
+            return self.spawn_dispatch(message, tasks);
         }
+        self.spawn_dispatch(message, tasks);
+    }
+
+    fn spawn_dispatch(&self, message: InboundMessage, tasks: &mut JoinSet<()>) {
         let this = self.clone();
         tasks.spawn(async move { this.dispatch(message).await });
     }

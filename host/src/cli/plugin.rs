@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 
 use chitin::app::AppOptions;
 use chitin::config::{Config, DataDir};
-use chitin::plugins::catalog::builtin_default_grant;
+use chitin::plugins::catalog::grant_for;
 use chitin::plugins::manifest::{self, Manifest};
-use chitin::plugins::{GrantConfig, LoadedPlugin, PluginRuntime, RuntimeConfig};
+use chitin::plugins::{LoadedPlugin, PluginRuntime, RuntimeConfig};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -62,7 +62,7 @@ fn inspect(target: &str, as_json: bool, data: DataDir, options: AppOptions) -> a
         // A file is inspected alone, with the grants the config would give it.
         let config = Config::load(&options.config_file.clone().unwrap_or_else(|| data.config_file()))?;
         let runtime = PluginRuntime::new(RuntimeConfig { workspace: data.default_workspace(), cache_dir: None, limits: config.limits.clone() })?;
-        std::sync::Arc::new(runtime.load_file(path, |name| grant_for(&config, name))?)
+        std::sync::Arc::new(runtime.load_file(path, |name| grant_for(&config.plugins, name))?)
     } else {
         let app = super::open_app(data, options)?;
         match app.catalog.get(target) {
@@ -76,10 +76,6 @@ fn inspect(target: &str, as_json: bool, data: DataDir, options: AppOptions) -> a
         print_plugin(&plugin);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn grant_for(config: &Config, name: &str) -> GrantConfig {
-    config.plugins.get(name).cloned().or_else(|| builtin_default_grant(name)).unwrap_or_default()
 }
 
 fn list(as_json: bool, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {

@@ -43,6 +43,12 @@ pub use summarise::{ChunkOutcome, NOTHING, SummaryLimits, Summariser, render_tra
 /// `{"text": …, "cursor": n, "at": rfc3339}`. COMPACT reads `text`.
 pub const LAST_SUMMARY: &str = "last_summary";
 
+/// The text of the session's last idle-compaction summary, if any.
+pub fn last_summary(session: &crate::session::Session) -> Option<String> {
+    let record = session.metadata.get(LAST_SUMMARY)?;
+    record.get("text").unwrap_or(record).as_str().map(str::to_string)
+}
+
 /// Why compaction could not finish. A model failure is not one of these: it
 /// falls back to a raw archive entry (see the module docs).
 #[derive(Debug, thiserror::Error)]

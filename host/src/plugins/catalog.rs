@@ -26,6 +26,12 @@ pub fn builtin_default_grant(name: &str) -> Option<GrantConfig> {
     }
 }
 
+/// The grant of plugin `name`: its `[plugins.<name>]` table, else the
+/// first-party default, else nothing.
+pub fn grant_for(grants: &BTreeMap<String, GrantConfig>, name: &str) -> GrantConfig {
+    grants.get(name).cloned().or_else(|| builtin_default_grant(name)).unwrap_or_default()
+}
+
 /// The loaded plugins, by name.
 #[derive(Default)]
 pub struct PluginCatalog {
@@ -45,9 +51,7 @@ impl PluginCatalog {
         extra: &[PathBuf],
     ) -> Result<PluginCatalog, PluginError> {
         let mut catalog = PluginCatalog::default();
-        let grant_for = |name: &str| {
-            grants.get(name).cloned().or_else(|| builtin_default_grant(name)).unwrap_or_default()
-        };
+        let grant_for = |name: &str| grant_for(grants, name);
         for (name, bytes) in BUILTIN_PLUGINS {
             if grants.get(*name).is_some_and(|g| !g.enabled) {
                 continue;

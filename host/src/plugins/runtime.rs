@@ -138,10 +138,22 @@ impl PluginRuntime {
 
     /// Reads and validates a plugin without compiling it.
     pub fn load(&self, source: PluginSource, bytes: Arc<[u8]>, grants: &GrantConfig) -> Result<LoadedPlugin, PluginError> {
-        let manifest = Manifest::from_component(&bytes)
-            .map_err(|source_err| PluginError::Manifest { plugin: source.to_string(), source: source_err })?;
+        let manifest = read_manifest(&source, &bytes)?;
+        Ok(Self::loaded(source, bytes, manifest, grants))
+    }
+
+    /// Reads a plugin file and loads it with the grant `grants` gives its name.
+    pub fn load_file(&self, path: &Path, grants: impl FnOnce(&str) -> GrantConfig) -> Result<LoadedPlugin, PluginError> {
+        let bytes: Arc<[u8]> = std::fs::read(path).map_err(|source| PluginError::Io { path: path.to_path_buf(), source })?.into();
+        let source = PluginSource::File(path.to_path_buf());
+        let manifest = read_manifest(&source, &bytes)?;
+        let grant = grants(&manifest.name);
+        Ok(Self::loaded(source, bytes, manifest, &grant))
+    }
+
+    fn loaded(source: PluginSource, bytes: Arc<[u8]>, manifest: Manifest, grants: &GrantConfig) -> LoadedPlugin {
         let (grant, grant_notes) = Grant::resolve(&manifest.name, &manifest.capabilities, grants);
-        Ok(LoadedPlugin {
+        LoadedPlugin {
             name: manifest.name.as_str().into(),
             hash: content_hash(&bytes),
             manifest,
@@ -150,14 +162,7 @@ impl PluginRuntime {
             grant_notes,
             bytes,
             prepared: OnceLock::new(),
-        })
-    }
-
-    /// Reads a plugin file and loads it.
-    pub fn load_file(&self, path: &Path, grants: impl FnOnce(&str) -> GrantConfig) -> Result<LoadedPlugin, PluginError> {
-        let bytes = std::fs::read(path).map_err(|source| PluginError::Io { path: path.to_path_buf(), source })?;
-        let name = Manifest::from_component(&bytes).map(|m| m.name).unwrap_or_default();
-        self.load(PluginSource::File(path.to_path_buf()), bytes.into(), &grants(&name))
+        }
     }
 
     /// Compiles (or loads from cache) and links `plugin`, once. Calls do this
@@ -227,6 +232,10 @@ impl PluginRuntime {
             Ok(Ok(Ok(text))) => Ok(text),
         }
     }
+}
+
+fn read_manifest(source: &PluginSource, bytes: &[u8]) -> Result<Manifest, PluginError> {
+    Manifest::from_component(bytes).map_err(|e| PluginError::Manifest { plugin: source.to_string(), source: e })
 }
 
 /// Why a call failed, before it is worded.

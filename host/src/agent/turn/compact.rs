@@ -4,11 +4,9 @@
 use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::core::AgentCore;
 
-use crate::compact::LAST_SUMMARY;
+use crate::compact::last_summary;
 
 pub async fn run(_core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
-    let session = ctx.session_mut()?;
-    let summary = session.metadata.get(LAST_SUMMARY).and_then(|s| s.get("text").or(Some(s))).and_then(|s| s.as_str()).map(str::to_string);
-    ctx.pending_summary = summary;
+    ctx.pending_summary = last_summary(ctx.session_mut()?);
     Ok(TurnEvent::Ok)
 }
