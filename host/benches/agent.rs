@@ -26,13 +26,21 @@ use serde_json::json;
 const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
 
 fn main() {
+    // `cargo bench --bench agent -- sessions` runs only the parts named
+    // (turn10, turn1000, turn10000, sessions); no name runs them all.
+    let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let run = |part: &str| wanted.is_empty() || wanted.iter().any(|w| w == part);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         println!("chitin agent benchmark");
         for history in [10, 1_000, 10_000] {
-            per_turn_at(history).await;
+            if run(&format!("turn{history}")) {
+                per_turn_at(history).await;
+            }
         }
-        many_sessions().await;
+        if run("sessions") {
+            many_sessions().await;
+        }
         println!("peak RSS: {:.1} MiB", peak_rss_mib());
     });
 }
