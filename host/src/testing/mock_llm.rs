@@ -156,7 +156,8 @@ impl From<MockReply> for Script {
     }
 }
 
-type Handler = Box<dyn Fn(&Value, usize) -> MockReply + Send + Sync>;
+/// Computes a reply from the raw request body and its index.
+type Handler = Box<dyn Fn(&[u8], usize) -> MockReply + Send + Sync>;
 
 enum Source {
     Script(Script),
@@ -165,9 +166,11 @@ enum Source {
 
 /// State shared by the server thread and the test.
 struct Shared {
-    /// Request bodies received, in order; also guards the script, so the
+    /// Request bodies received, in order, as raw bytes (parsed only when a
+    /// test asks: under load, keeping thousands of parsed bodies made the
+    /// mock, not the host, the bottleneck); also guards the script, so the
     /// n-th request recorded is the one that gets the n-th reply.
-    log: Mutex<(Vec<Value>, Option<Script>)>,
+    log: Mutex<(Vec<Bytes>, Option<Script>)>,
     handler: Option<Handler>,
     latency: Mutex<Duration>,
     next_call_id: AtomicU64,
@@ -207,6 +210,17 @@ impl MockLlm {
     /// # Panics
     /// As [`MockLlm::start`].
     pub fn with_handler(handler: impl Fn(&Value, usize) -> MockReply + Send + Sync + 'static) -> MockLlm {
+        MockLlm::spawn(Source::Handler(Box::new(move |body, index| handler(&parse_body(body), index))))
+    }
+
+    /// Serves replies computed by `handler` from the raw request body and
+    /// its index. For load tests: a handler that needs one field can read
+    /// it without building a `Value` of the whole body, which at thousands
+    /// of requests a second costs the mock more than the host spends.
+    ///
+    /// # Panics
+    /// As [`MockLlm::start`].
+    pub fn with_body_handler(handler: impl Fn(&[u8], usize) -> MockReply + Send + Sync + 'static) -> MockLlm {
         MockLlm::spawn(Source::Handler(Box::new(handler)))
     }
 
@@ -234,7 +248,8 @@ impl MockLlm {
     /// Every chat request body received, in order (a body that was not JSON
     /// is recorded as a JSON string).
     pub fn requests(&self) -> Vec<Value> {
-        lock(&self.shared.log).0.clone()
+        let bodies = lock(&self.shared.log).0.clone();
+        bodies.iter().map(|body| parse_body(body)).collect()
     }
 
     /// How many chat requests arrived.
@@ -244,7 +259,8 @@ impl MockLlm {
 
     /// The last chat request body.
     pub fn last_request(&self) -> Option<Value> {
-        lock(&self.shared.log).0.last().cloned()
+        let body = lock(&self.shared.log).0.last().cloned();
+        body.map(|body| parse_body(&body))
     }
 
     fn spawn(source: Source) -> MockLlm {
@@ -350,23 +366,54 @@ async fn respond(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Resp
         Ok(body) => body.to_bytes(),
         Err(_) => return Ok(full(StatusCode::BAD_REQUEST, "text/plain", "unreadable request body")),
     };
-    let value: Value =
-        serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+    let head = RequestHead::of(&body);
     let (index, scripted) = {
         let mut log = lock(&shared.log);
-        log.0.push(value.clone());
+        log.0.push(body.clone());
         (log.0.len() - 1, log.1.as_mut().map(Script::next))
     };
     let reply = match (scripted, &shared.handler) {
         (Some(reply), _) => reply,
-        (None, Some(handler)) => handler(&value, index),
+        (None, Some(handler)) => handler(&body, index),
         (None, None) => MockReply::text(SCRIPT_EXHAUSTED),
     };
     let latency = *lock(&shared.latency);
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    Ok(reply_response(&shared, reply, &value, body.len(), index).await)
+    Ok(reply_response(&shared, reply, &head, body.len(), index).await)
+}
+
+/// The request fields the reply depends on, read without building a
+/// `Value` of the whole body.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct RequestHead {
+    model: Option<String>,
+    stream: bool,
+    stream_options: StreamOptions,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+impl RequestHead {
+    /// The head of `body`; defaults when the body is not such a JSON object.
+    fn of(body: &[u8]) -> RequestHead {
+        serde_json::from_slice(body).unwrap_or_default()
+    }
+
+    fn model(&self) -> &str {
+        self.model.as_deref().unwrap_or("mock")
+    }
+}
+
+/// A request body as JSON; one that is not JSON becomes a JSON string.
+fn parse_body(body: &[u8]) -> Value {
+    serde_json::from_slice(body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
 }
 
 /// The parts of a normal answer.
@@ -377,8 +424,8 @@ struct Answer {
     finish: &'static str,
 }
 
-async fn reply_response(shared: &Shared, reply: MockReply, request: &Value, request_len: usize, index: usize) -> Response<Body> {
-    let stream = request["stream"].as_bool().unwrap_or(false);
+async fn reply_response(shared: &Shared, reply: MockReply, request: &RequestHead, request_len: usize, index: usize) -> Response<Body> {
+    let stream = request.stream;
     let ids = |calls: Vec<(String, String)>| -> Vec<(String, String, String)> {
         calls
             .into_iter()
@@ -405,11 +452,11 @@ async fn reply_response(shared: &Shared, reply: MockReply, request: &Value, requ
         MockReply::RawSse(body) => return full(StatusCode::OK, "text/event-stream", body),
         MockReply::Truncated(text) => return truncated(&text, request, index, stream),
     };
-    let model = request["model"].as_str().unwrap_or("mock");
+    let model = request.model();
     let id = format!("chatcmpl-mock-{index}");
     let usage = usage(request_len, &answer);
     if stream {
-        let include_usage = request["stream_options"]["include_usage"].as_bool().unwrap_or(false);
+        let include_usage = request.stream_options.include_usage;
         let events = sse_events(&answer, &id, model, include_usage.then_some(usage));
         let frames = futures::stream::iter(events.into_iter().map(|e| Ok(Frame::data(e))));
         return sse_response(StreamBody::new(frames).boxed_unsync());
@@ -518,8 +565,8 @@ fn sse_events(answer: &Answer, id: &str, model: &str, usage: Option<Value>) -> V
 
 /// Sends the start of an answer, then fails the body, which makes hyper
 /// drop the connection mid-response.
-fn truncated(text: &str, request: &Value, index: usize, stream: bool) -> Response<Body> {
-    let model = request["model"].as_str().unwrap_or("mock");
+fn truncated(text: &str, request: &RequestHead, index: usize, stream: bool) -> Response<Body> {
+    let model = request.model();
     let id = format!("chatcmpl-mock-{index}");
     let start: Vec<Bytes> = if stream {
         let mut events = vec![event(&chunk(&id, model, json!({"role": "assistant", "content": ""}), None))];
