@@ -88,7 +88,7 @@ async fn consolidation_triggers_exactly_at_the_budget() {
 
     // One token below: nothing happens, the model is not asked.
     let below = budget - tail - 1;
-    assert!(!consolidator.needs_consolidation(&session, below));
+    assert!(!consolidator.needs_consolidation(&session, &below));
     let report = consolidator.maybe_consolidate(&mut session, SYSTEM_PROMPT, below).await.unwrap();
     assert!(!report.triggered && !report.changed());
     assert_eq!((report.tokens_before, report.rounds, report.chunks), (budget - 1, 0, 0));
@@ -97,7 +97,7 @@ async fn consolidation_triggers_exactly_at_the_budget() {
 
     // Exactly at the budget: consolidation runs.
     let at = budget - tail;
-    assert!(consolidator.needs_consolidation(&session, at));
+    assert!(consolidator.needs_consolidation(&session, &at));
     let report = consolidator.maybe_consolidate(&mut session, SYSTEM_PROMPT, at).await.unwrap();
     assert!(report.triggered && report.changed(), "{report:?}");
     assert_eq!(report.tokens_before, budget);
@@ -162,7 +162,7 @@ async fn consolidation_stops_at_half_the_budget_within_five_rounds() {
     assert_eq!((report.summaries, report.raw, report.nothing), (report.chunks, 0, 0));
     assert_eq!(report.archived_messages, session.last_consolidated);
     // Right after, the next turn does not consolidate again.
-    assert!(!consolidator.needs_consolidation(&session, overhead()));
+    assert!(!consolidator.needs_consolidation(&session, &overhead()));
 }
 
 #[tokio::test(flavor = "multi_thread")]

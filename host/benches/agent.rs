@@ -9,7 +9,11 @@
 //! - The same per-turn figure at turn 10 000, where token consolidation is
 //!   active (the history no longer fits the window): the first turn pays for
 //!   the archiving, the median shows the steady state.
-//! - Peak RSS of the process.
+//! - Peak RSS of a one-shot `chitin agent -m` (the real binary; one `fs`
+//!   tool call and an answer), measured on later runs once the plugin's
+//!   compiled code is cached, as any run after the first finds it.
+//! - Peak RSS of this bench process, which also compiles the plugins and
+//!   holds the 200 sessions.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +31,7 @@ const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
 
 fn main() {
     // `cargo bench --bench agent -- sessions` runs only the parts named
-    // (turn10, turn1000, turn10000, sessions); no name runs them all.
+    // (turn10, turn1000, turn10000, sessions, oneshot); no name runs them all.
     let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let run = |part: &str| wanted.is_empty() || wanted.iter().any(|w| w == part);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -41,7 +45,10 @@ fn main() {
         if run("sessions") {
             many_sessions().await;
         }
-        println!("peak RSS: {:.1} MiB", peak_rss_mib());
+        if run("oneshot") {
+            one_shot_rss().await;
+        }
+        println!("peak RSS of this bench process: {:.1} MiB", peak_rss_mib());
     });
 }
 
@@ -49,6 +56,12 @@ fn main() {
 /// user's, a text answer after a tool result, and notes to an archiving
 /// (consolidation) request.
 fn turn_mock() -> MockLlm {
+    mock_calling("shout", json!({"text": "hi"}))
+}
+
+/// [`turn_mock`], calling `tool` with `args`.
+fn mock_calling(tool: &'static str, args: serde_json::Value) -> MockLlm {
+    let args = args.to_string();
     // Reads only the roles (and looks for the archiving prompt in the raw
     // bytes): a full `Value` parse per request made the mock, which shares
     // the two cores, slower than the host it measures.
@@ -60,14 +73,14 @@ fn turn_mock() -> MockLlm {
     struct Role {
         role: String,
     }
-    MockLlm::with_body_handler(|body, _| {
+    MockLlm::with_body_handler(move |body, _| {
         let last_role = serde_json::from_slice::<Roles>(body).ok().and_then(|r| r.messages.into_iter().last()).map(|m| m.role);
         if body.windows(ARCHIVING_PROMPT.len()).any(|w| w == ARCHIVING_PROMPT) {
             MockReply::text("- earlier turns asked to shout hi")
         } else if last_role.as_deref() == Some("tool") {
             MockReply::text("done")
         } else {
-            MockReply::tool_call("shout", json!({"text": "hi"}).to_string())
+            MockReply::tool_call(tool, args.clone())
         }
     })
 }
@@ -188,15 +201,67 @@ async fn many_sessions() {
     println!("200 sessions × 5 turns, 50 ms mock latency: {:.2} s wall, ideal 0.50 s → {:.2}× ideal", wall.as_secs_f64(), wall.as_secs_f64() / 0.5);
 }
 
+/// Runs `chitin agent -m` against a mock four times (the first run compiles
+/// and caches the `fs` plugin) and prints each run's peak RSS.
+async fn one_shot_rss() {
+    let mock = mock_calling("list_dir", json!({"path": "."}));
+    let home = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[agent]\nmodel = \"bench\"\nstream = false\n[providers.openai]\nbase_url = \"{}\"\napi_key = \"none\"\n[plugins.fs]\nworkspace = \"read-write\"\n",
+        mock.base_url()
+    );
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let mut peaks = Vec::new();
+    for _ in 0..4 {
+        let (status, peak_kib) = run_measured(home.path());
+        assert!(status == 0, "chitin agent -m exited with {status}");
+        peaks.push(peak_kib as f64 / 1024.0);
+    }
+    let cached: Vec<String> = peaks[1..].iter().map(|p| format!("{p:.1}")).collect();
+    println!(
+        "one-shot `chitin agent -m` (1 fs tool call + answer, {} requests per run): peak RSS {:.1} MiB on the first run (compiles the plugin), then {} MiB",
+        mock.request_count() / peaks.len(),
+        peaks[0],
+        cached.join(" / ")
+    );
+}
+
+/// Exit status and peak RSS (KiB) of one `chitin agent -m` in `home`.
+///
+/// The peak is the child's own `VmHWM`, polled until it exits: it starts
+/// afresh at `exec`, unlike `wait4`'s `ru_maxrss`, which also counts the
+/// pages the child shared with this (much larger) process before `exec`.
+/// Memory only shrinks while a process exits, so the last reading is the peak.
+fn run_measured(home: &std::path::Path) -> (i32, u64) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_chitin"))
+        .args(["agent", "-m", "list the workspace"])
+        .env("CHITIN_HOME", home)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start chitin");
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0;
+    loop {
+        if let Some(kib) = std::fs::read_to_string(&status_file).ok().as_deref().and_then(vm_hwm_kib) {
+            peak_kib = peak_kib.max(kib);
+        }
+        if let Some(status) = child.try_wait().expect("wait for chitin") {
+            return (status.code().unwrap_or(-1), peak_kib);
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+/// The `VmHWM` (peak resident set) of a `/proc/PID/status` text, in KiB.
+fn vm_hwm_kib(status: &str) -> Option<u64> {
+    status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse().ok())
+}
+
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
+    vm_hwm_kib(&status).map_or(f64::NAN, |kib| kib as f64 / 1024.0)
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {

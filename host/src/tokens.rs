@@ -47,6 +47,17 @@
 //!   underestimates.
 //! - [`estimate_text_fast`] is bytes/4 always, for hot paths that only need
 //!   a rough guess.
+//!
+//! # Counting only when a decision needs it
+//!
+//! Most token figures are compared against a limit (the input budget, the
+//! consolidation threshold). A cl100k token is at least one byte, and the
+//! bytes/4 fallbacks are below the byte count too, so a text's byte length
+//! bounds its count from above. [`Counted`] pairs that free bound with the
+//! exact count, and [`over_limit`] counts exactly only when the bounds add
+//! up to more than the limit. A short conversation then never loads the
+//! tokenizer: a one-shot `chitin agent -m` stays ~35 MB smaller and skips
+//! its 40–75 ms load. The decisions are the same as with exact counts.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::LazyLock;
@@ -65,7 +76,16 @@ pub const MAX_BPE_BYTES: usize = 256 * 1024;
 /// The cl100k tokenizer, or `None` if it could not be loaded.
 static CL100K: LazyLock<Option<&'static Tokenizer>> = LazyLock::new(load);
 
+/// Set once the tokenizer has been loaded (or failed to load).
+static LOADED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether exact counts are already paid for: the tokenizer is loaded.
+pub fn is_loaded() -> bool {
+    LOADED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn load() -> Option<&'static Tokenizer> {
+    LOADED.store(true, std::sync::atomic::Ordering::Relaxed);
     // `cl100k_base` panics if its embedded dictionary is unusable; the
     // default panic hook still prints that panic once.
     let loaded = panic::catch_unwind(bpe_openai::cl100k_base)
@@ -170,6 +190,54 @@ fn count_message(message: &Message) -> usize {
     PER_MESSAGE_OVERHEAD + estimate_text(message.text()) + calls
 }
 
+/// An upper bound of [`estimate_message`] that never loads the tokenizer:
+/// the byte count (see the module docs), or the count itself when the
+/// message was counted before.
+pub fn message_bound(message: &Message) -> usize {
+    let size = message.counted_size();
+    if let Some(tokens) = message.token_memo().get(size) {
+        return tokens;
+    }
+    let calls: usize = message.tool_calls.iter().map(|c| c.function.name.len() + c.function.arguments.len() + PER_MESSAGE_OVERHEAD).sum();
+    PER_MESSAGE_OVERHEAD + message.text().len() + calls
+}
+
+/// Something whose token count is costly: a free upper bound, and the
+/// exact count on demand.
+pub trait Counted {
+    /// At least [`Counted::exact`]; must not load the tokenizer.
+    fn bound(&self) -> usize;
+    /// The count.
+    fn exact(&self) -> usize;
+}
+
+/// A count already known.
+impl Counted for usize {
+    fn bound(&self) -> usize {
+        *self
+    }
+    fn exact(&self) -> usize {
+        *self
+    }
+}
+
+/// A message, by [`message_bound`] and [`estimate_message`].
+impl Counted for Message {
+    fn bound(&self) -> usize {
+        message_bound(self)
+    }
+    fn exact(&self) -> usize {
+        estimate_message(self)
+    }
+}
+
+/// Whether `extra` plus the messages' tokens exceed `limit`, counting
+/// exactly only when the bounds do.
+pub fn over_limit<'a>(messages: impl IntoIterator<Item = &'a Message> + Clone, extra: &dyn Counted, limit: usize) -> bool {
+    let bound = extra.bound().saturating_add(messages.clone().into_iter().map(message_bound).sum());
+    bound > limit && extra.exact() + messages.into_iter().map(estimate_message).sum::<usize>() > limit
+}
+
 /// Tokens of a conversation plus the tool definitions sent with it.
 pub fn estimate_request(messages: &[Message], tools: &[Value]) -> usize {
     messages.iter().map(estimate_message).sum::<usize>() + estimate_tools(tools)
@@ -178,6 +246,11 @@ pub fn estimate_request(messages: &[Message], tools: &[Value]) -> usize {
 /// Tokens of tool definitions.
 pub fn estimate_tools(tools: &[Value]) -> usize {
     tools.iter().map(|t| estimate_text(&t.to_string())).sum()
+}
+
+/// An upper bound of [`estimate_tools`]: the definitions' JSON byte length.
+pub fn tools_bound(tools: &[Value]) -> usize {
+    tools.iter().map(|t| t.to_string().len()).sum()
 }
 
 #[cfg(test)]
@@ -291,5 +364,36 @@ mod tests {
             estimate_request(&[Message::user(text), call.clone()], &tools),
             estimate_message(&Message::user(text)) + estimate_message(&call) + estimate_tools(&tools)
         );
+    }
+
+    fn samples() -> Vec<Message> {
+        vec![
+            Message::user(SAMPLE),
+            Message::user("日本語のテキスト 🦀🦀 émoji"),
+            Message::assistant(""),
+            Message::assistant_calls(Some("calling".into()), vec![ToolCall::new("c1", "read_file", r#"{"path":"src/main.rs"}"#)]),
+            Message::tool_result("c1", "read_file", "x".repeat(3000)),
+            Message::system("a".repeat(MAX_BPE_BYTES + 10)),
+        ]
+    }
+
+    #[test]
+    fn the_byte_bound_is_never_below_the_count() {
+        for message in samples() {
+            // Bound first: an uncounted message has no remembered count.
+            let bound = message_bound(&message);
+            assert!(bound >= estimate_message(&message), "{bound} < {} for {:?}", estimate_message(&message), message.role);
+        }
+        let tools = vec![serde_json::json!({"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}})];
+        assert!(tools_bound(&tools) >= estimate_tools(&tools));
+    }
+
+    #[test]
+    fn over_limit_decides_as_exact_counts_do() {
+        let exact: usize = samples().iter().map(estimate_message).sum::<usize>() + 100;
+        for limit in [0, 1, exact / 2, exact - 1, exact, exact + 1, exact * 10] {
+            // Fresh messages: nothing remembered, so the bound path runs.
+            assert_eq!(over_limit(&samples(), &100, limit), exact > limit, "limit {limit}");
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Slash commands (spec §4 COMMAND): parsing, `/help` and `/status` texts.
 
-use crate::session::Session;
+use crate::session::{LAST_PROMPT_TOKENS, LAST_PROMPT_TOKENS_BOUND, Session};
 
 /// The built-in commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,15 +101,17 @@ pub struct StatusFacts<'a> {
 pub fn status_text(facts: &StatusFacts<'_>, session: &Session) -> String {
     let usage = session.metadata.get("usage");
     let field = |k: &str| usage.and_then(|u| u.get(k)).and_then(|v| v.as_u64()).unwrap_or(0);
-    let last_prompt = session.metadata.get("last_prompt_tokens").and_then(|v| v.as_u64()).unwrap_or(0);
+    let last_prompt = session.metadata.get(LAST_PROMPT_TOKENS).and_then(|v| v.as_u64()).unwrap_or(0);
+    let at_most = if session.metadata.contains_key(LAST_PROMPT_TOKENS_BOUND) { "at most " } else { "" };
     let percent = if facts.context_window > 0 { last_prompt as f64 * 100.0 / facts.context_window as f64 } else { 0.0 };
     let up = facts.uptime_secs;
     format!(
-        "Model: {} ({})\nTokens used in this session: {} prompt, {} completion\nContext: {} of {} tokens ({:.0}%)\nMessages in session: {} ({} archived)\nUptime: {}h {:02}m {:02}s\nActive tasks: {}",
+        "Model: {} ({})\nTokens used in this session: {} prompt, {} completion\nContext: {}{} of {} tokens ({:.0}%)\nMessages in session: {} ({} archived)\nUptime: {}h {:02}m {:02}s\nActive tasks: {}",
         facts.model,
         facts.provider,
         field("prompt_tokens"),
         field("completion_tokens"),
+        at_most,
         last_prompt,
         facts.context_window,
         percent,

@@ -22,7 +22,7 @@
 //! consolidation never edit one session at the same time.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 
 use super::CompactError;
@@ -33,7 +33,7 @@ use crate::agent::runner::governance::input_budget;
 use crate::config::AgentConfig;
 use crate::provider::Provider;
 use crate::session::{Message, Role, Session};
-use crate::tokens::estimate_message;
+use crate::tokens::{Counted, estimate_message, over_limit};
 
 /// Settings of token consolidation; every figure is a config value.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,6 +150,38 @@ pub fn prompt_overhead(system_prompt: &str, tools_tokens: usize, probe: &Message
     estimate_message(&Message::system(system_prompt)) + tools_tokens + estimate_message(probe)
 }
 
+/// [`prompt_overhead`] counted only when a decision needs it (see
+/// [`crate::tokens::Counted`]): a turn far below its budget never counts.
+pub struct PromptOverhead {
+    system: Message,
+    probe: Message,
+    tools: Box<dyn Counted + Send + Sync>,
+    exact: OnceLock<usize>,
+}
+
+impl PromptOverhead {
+    /// The overhead of a prompt with `system_prompt`, the `tools` sent with
+    /// it and `probe` standing for the current message.
+    pub fn new(system_prompt: &str, tools: impl Counted + Send + Sync + 'static, probe: &Message) -> PromptOverhead {
+        PromptOverhead { system: Message::system(system_prompt), probe: probe.clone(), tools: Box::new(tools), exact: OnceLock::new() }
+    }
+}
+
+impl Counted for PromptOverhead {
+    fn bound(&self) -> usize {
+        self.system.bound() + self.tools.bound() + self.probe.bound()
+    }
+    fn exact(&self) -> usize {
+        *self.exact.get_or_init(|| self.system.exact() + self.tools.exact() + self.probe.exact())
+    }
+}
+
+impl std::fmt::Debug for PromptOverhead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PromptOverhead").field("bound", &self.bound()).field("exact", &self.exact.get()).finish()
+    }
+}
+
 fn cost(message: &Message) -> usize {
     if message.is_command() { 0 } else { estimate_message(message) }
 }
@@ -207,8 +239,9 @@ impl Consolidator {
     /// Whether [`Consolidator::maybe_consolidate`] would do anything: the
     /// estimate (`overhead_tokens` + unarchived messages) reached the budget.
     /// Cheap; for deciding whether to schedule the background pass.
-    pub fn needs_consolidation(&self, session: &Session, overhead_tokens: usize) -> bool {
-        overhead_tokens + estimate_unarchived(session) >= self.budget()
+    pub fn needs_consolidation(&self, session: &Session, overhead: &dyn Counted) -> bool {
+        let unarchived = session.recent().iter().filter(|m| !m.is_command());
+        over_limit(unarchived, overhead, self.budget().saturating_sub(1))
     }
 
     /// Consolidates `session` if its prompt estimate reached the budget.

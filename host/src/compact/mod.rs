@@ -36,7 +36,7 @@ use std::path::PathBuf;
 
 pub use archive::{HistoryArchive, HistoryEntry, TAIL_BYTES};
 pub use auto::{AutoCompact, Clock, ManualClock, SCAN_INTERVAL, SystemClock};
-pub use consolidator::{ConsolidationReport, ConsolidationSettings, Consolidator, estimate_unarchived, prompt_overhead};
+pub use consolidator::{ConsolidationReport, ConsolidationSettings, Consolidator, estimate_unarchived, prompt_overhead, PromptOverhead};
 pub use summarise::{ChunkOutcome, NOTHING, SummaryLimits, Summariser, render_transcript};
 
 /// Session metadata key of the last idle-compaction summary:

@@ -15,6 +15,13 @@ pub const PENDING_USER_TURN: &str = "pending_user_turn";
 /// Metadata key: the runner's last checkpoint (see `agent::checkpoint`).
 pub const RUNTIME_CHECKPOINT: &str = "runtime_checkpoint";
 
+/// Metadata key: tokens of the last prompt sent (shown by `/status`).
+pub const LAST_PROMPT_TOKENS: &str = "last_prompt_tokens";
+
+/// Metadata key: present (`true`) when [`LAST_PROMPT_TOKENS`] is only an
+/// upper bound (the prompt was far below the budget, so nothing counted it).
+pub const LAST_PROMPT_TOKENS_BOUND: &str = "last_prompt_tokens_bound";
+
 /// One conversation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
@@ -91,6 +98,19 @@ impl Session {
     /// from the front to fit `max_tokens` (keeping at least one message, and
     /// again starting at a user message). `max_messages` caps the count.
     pub fn get_history(&self, max_messages: usize, max_tokens: usize, estimate: impl Fn(&Message) -> usize) -> Vec<Message> {
+        self.get_history_bounded(max_messages, max_tokens, &estimate, &estimate)
+    }
+
+    /// [`Session::get_history`] with a cheap upper `bound` of `estimate`:
+    /// when the bounds of the candidate messages fit `max_tokens`, nothing
+    /// is cut and `estimate` is never called.
+    pub fn get_history_bounded(
+        &self,
+        max_messages: usize,
+        max_tokens: usize,
+        bound: &dyn Fn(&Message) -> usize,
+        estimate: &dyn Fn(&Message) -> usize,
+    ) -> Vec<Message> {
         let visible: Vec<&Message> = self.messages.iter().filter(|m| !m.is_command()).collect();
         // Index in `visible` of the archive cursor.
         let archived_visible = self.messages[..self.last_consolidated.min(self.messages.len())].iter().filter(|m| !m.is_command()).count();
@@ -106,15 +126,19 @@ impl Session {
         tail = start_at_user(tail);
 
         // Fit the token budget from the end.
-        let mut used = 0;
         let mut keep_from = tail.len();
-        for (i, m) in tail.iter().enumerate().rev() {
-            let cost = estimate(m);
-            if used + cost > max_tokens && keep_from < tail.len() {
-                break;
+        if tail.iter().map(|m| bound(m)).sum::<usize>() <= max_tokens {
+            keep_from = 0;
+        } else {
+            let mut used = 0;
+            for (i, m) in tail.iter().enumerate().rev() {
+                let cost = estimate(m);
+                if used + cost > max_tokens && keep_from < tail.len() {
+                    break;
+                }
+                used += cost;
+                keep_from = i;
             }
-            used += cost;
-            keep_from = i;
         }
         let mut fitted = &tail[keep_from..];
         let recut = start_at_user(fitted);
@@ -222,5 +246,18 @@ mod tests {
         s.push(Message::user("look").with_meta("media", serde_json::json!(["/tmp/a.pdf"])));
         let h = s.get_history(500, usize::MAX, chars);
         assert_eq!(h[0].text(), "look\n[attachment: /tmp/a.pdf]");
+    }
+
+    #[test]
+    fn a_bound_changes_no_cut() {
+        let s = convo(6);
+        // Any upper bound: the history is the one exact counts give, whether
+        // the bound fits (nothing counted) or not (exact fitting).
+        let bound = |m: &Message| chars(m) * 3 + 1;
+        for budget in [1, 5, 13, 20, 30, 40, 60, 1000] {
+            assert_eq!(s.get_history_bounded(500, budget, &bound, &chars), s.get_history(500, budget, chars), "budget {budget}");
+        }
+        let never = |_: &Message| -> usize { panic!("counted although the bound fits") };
+        assert_eq!(s.get_history_bounded(500, 1000, &bound, &never).len(), 24);
     }
 }

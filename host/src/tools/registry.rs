@@ -64,6 +64,9 @@ struct Inner {
     /// Their token estimate, counted on first use (loading the tokenizer
     /// costs tens of milliseconds that a plain tool call should not pay).
     definitions_tokens: OnceLock<usize>,
+    /// Their byte length, an upper bound of the count that needs no
+    /// tokenizer (see `tokens::Counted`).
+    definitions_bound: OnceLock<usize>,
 }
 
 impl ToolRegistry {
@@ -90,7 +93,7 @@ impl ToolRegistry {
             }
         }
         let definitions: Arc<[Value]> = tools.values().map(|e| definition(&e.spec)).collect();
-        Ok(ToolRegistry { inner: Arc::new(Inner { runtime, tools, definitions, definitions_tokens: OnceLock::new(), conflicts }) })
+        Ok(ToolRegistry { inner: Arc::new(Inner { runtime, tools, definitions, definitions_tokens: OnceLock::new(), definitions_bound: OnceLock::new(), conflicts }) })
     }
 
     /// Function definitions for the model, sorted by name.
@@ -111,6 +114,11 @@ impl ToolRegistry {
     /// Token estimate of the definitions.
     pub fn definitions_tokens(&self) -> usize {
         *self.inner.definitions_tokens.get_or_init(|| crate::tokens::estimate_tools(&self.inner.definitions))
+    }
+
+    /// An upper bound of [`ToolRegistry::definitions_tokens`], for free.
+    pub fn definitions_bound(&self) -> usize {
+        *self.inner.definitions_bound.get_or_init(|| crate::tokens::tools_bound(&self.inner.definitions))
     }
 
     /// Tool names, sorted.
@@ -231,6 +239,16 @@ fn definition(spec: &ToolSpec) -> Value {
         "type": "function",
         "function": { "name": spec.name, "description": spec.description, "parameters": spec.parameters }
     })
+}
+
+/// The tool definitions sent with a request.
+impl crate::tokens::Counted for ToolRegistry {
+    fn bound(&self) -> usize {
+        self.definitions_bound()
+    }
+    fn exact(&self) -> usize {
+        self.definitions_tokens()
+    }
 }
 
 #[cfg(test)]

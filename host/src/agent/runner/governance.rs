@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use crate::session::{Message, Role};
-use crate::tokens::estimate_message;
+use crate::tokens::{Counted, estimate_message, over_limit};
 
 /// Tokens of `messages` plus tool definitions worth `tools_tokens`.
 fn estimate(messages: &[Message], tools_tokens: usize) -> usize {
@@ -49,7 +49,7 @@ impl Governance {
     pub fn prepare(
         &mut self,
         messages: &[Message],
-        tools_tokens: usize,
+        tools: &dyn Counted,
         budget: usize,
         run_start: usize,
         compactable: impl Fn(&str) -> bool,
@@ -62,7 +62,10 @@ impl Governance {
             }
         }
         self.apply_compaction(&mut copy);
-        if estimate(&copy, tools_tokens) > budget {
+        // The passes below need exact counts; most requests are far below
+        // the budget and skip them on the byte bound alone.
+        if over_limit(&copy, tools, budget) {
+            let tools_tokens = tools.exact();
             let target = (budget as f64 * COMPACTION_TARGET) as usize;
             let run_start = run_start.min(copy.len());
             let candidates: Vec<usize> = (run_start..copy.len())
@@ -84,8 +87,8 @@ impl Governance {
                 compact(&mut copy[i]);
             }
         }
-        if estimate(&copy, tools_tokens) > budget {
-            snip(&mut copy, tools_tokens, budget);
+        if over_limit(&copy, tools, budget) {
+            snip(&mut copy, tools.exact(), budget);
             repair_pairs(&mut copy);
         }
         copy
@@ -210,12 +213,12 @@ mod tests {
         let budget = ((full - one_result + 200) as f64 / COMPACTION_TARGET) as usize;
         assert!(budget < full, "the request starts over budget");
         let mut gov = Governance::default();
-        let copy = gov.prepare(&messages, 0, budget, 1, |_| true);
+        let copy = gov.prepare(&messages, &0, budget, 1, |_| true);
         assert!(copy[3].text().contains("compacted"), "oldest first");
         assert_eq!(copy[5].text(), big, "stops once under 85%");
         assert_eq!(messages[3].text(), big, "the original is untouched");
         // Next request, plenty of room: still compacted.
-        let copy = gov.prepare(&messages, 0, 100_000, 1, |_| true);
+        let copy = gov.prepare(&messages, &0, 100_000, 1, |_| true);
         assert!(copy[3].text().contains("compacted"));
     }
 
@@ -227,7 +230,7 @@ mod tests {
             messages.push(Message::assistant(format!("answer {i} {}", "z".repeat(400))));
         }
         let mut gov = Governance::default();
-        let copy = gov.prepare(&messages, 0, 1000, messages.len(), |_| false);
+        let copy = gov.prepare(&messages, &0, 1000, messages.len(), |_| false);
         assert_eq!(copy[0].role, Role::System);
         assert_eq!(copy[1].role, Role::User);
         assert!(estimate(&copy, 0) <= 1000);

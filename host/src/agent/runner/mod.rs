@@ -84,11 +84,10 @@ impl AgentRunner {
             injection_cycles: 0,
             budget: input_budget(spec.context_window, spec.max_tokens),
         };
-        // Count the starting messages once on the originals: the copies made
-        // for each request inherit the remembered counts.
-        run.messages.iter().for_each(|m| {
-            crate::tokens::estimate_message(m);
-        });
+        // When the prompt may be near the budget this counts the starting
+        // messages on the originals, which remember their counts: the copies
+        // made for each request inherit them. Far below, nothing is counted.
+        crate::tokens::over_limit(&run.messages, &spec.tools, run.budget);
         let result = self.iterate(&mut run).await;
         match result.stop_reason {
             StopReason::Error => notify(&spec.hooks, |h| h.on_error(result.error.as_deref().unwrap_or_default())),
@@ -137,8 +136,8 @@ impl AgentRunner {
 
     async fn request_with(&self, run: &mut Run<'_>, with_tools: bool, extra: &[Message]) -> ChatResponse {
         let spec = run.spec;
-        let (tools, tools_tokens): (Arc<[serde_json::Value]>, usize) =
-            if with_tools { (spec.tools.shared_definitions(), spec.tools.definitions_tokens()) } else { (Arc::from([]), 0) };
+        let (tools, tools_tokens): (Arc<[serde_json::Value]>, &dyn crate::tokens::Counted) =
+            if with_tools { (spec.tools.shared_definitions(), &spec.tools) } else { (Arc::from([]), &0) };
         let registry = &spec.tools;
         let mut messages = run.governance.prepare(&run.messages, tools_tokens, run.budget, run.run_start, |name| {
             registry.spec(name).is_some_and(|s| s.read_only)

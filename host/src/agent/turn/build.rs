@@ -7,9 +7,9 @@ use serde_json::Value;
 use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::core::AgentCore;
 use crate::agent::pending::user_message;
-use crate::compact::prompt_overhead;
-use crate::session::PENDING_USER_TURN;
-use crate::tokens::estimate_message;
+use crate::compact::PromptOverhead;
+use crate::session::{LAST_PROMPT_TOKENS, LAST_PROMPT_TOKENS_BOUND, Message, PENDING_USER_TURN};
+use crate::tokens::{Counted, estimate_message, message_bound};
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     let budget = core.input_budget();
@@ -17,12 +17,12 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     let (channel, chat_id, key) = (ctx.inbound.channel.clone(), ctx.inbound.chat_id.clone(), ctx.session_key.clone());
     let summary = ctx.pending_summary.clone();
     let mut system_prompt = core.system_prompt(&channel, &chat_id, &key, summary.clone());
-    ctx.prompt_overhead = prompt_overhead(&system_prompt, core.tools.definitions_tokens(), &current);
+    let overhead = PromptOverhead::new(&system_prompt, core.tools.clone(), &current);
 
-    let (ephemeral, overhead) = (ctx.ephemeral, ctx.prompt_overhead);
+    let ephemeral = ctx.ephemeral;
     let session = ctx.session_mut()?;
-    if core.consolidator.needs_consolidation(session, overhead) {
-        match core.consolidator.maybe_consolidate(session, &system_prompt, overhead).await {
+    if core.consolidator.needs_consolidation(session, &overhead) {
+        match core.consolidator.maybe_consolidate(session, &system_prompt, overhead.exact()).await {
             Ok(report) if report.changed() => {
                 if !ephemeral {
                     core.sessions.save(session)?;
@@ -36,15 +36,13 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     }
 
     let session = ctx.session_mut()?;
-    ctx.history = session.get_history(core.settings.history_max_messages, budget, estimate_message);
-    let history = ctx.history.clone();
-    // The overhead already counts the system prompt, tools and the current
-    // message; history counts are remembered per message.
-    let prompt_tokens = ctx.prompt_overhead + history.iter().map(estimate_message).sum::<usize>();
-    ctx.initial_messages = core.context.build_messages(system_prompt, history, current.clone());
+    ctx.history = session.get_history_bounded(core.settings.history_max_messages, budget, &message_bound, &estimate_message);
+    let prompt_tokens = prompt_tokens(&overhead, &ctx.history);
+    ctx.initial_messages = core.context.build_messages(system_prompt, ctx.history.clone(), current.clone());
 
     let session = ctx.session_mut()?;
-    session.set_meta("last_prompt_tokens", Some(Value::from(prompt_tokens)));
+    session.set_meta(LAST_PROMPT_TOKENS, Some(Value::from(prompt_tokens.value)));
+    session.set_meta(LAST_PROMPT_TOKENS_BOUND, prompt_tokens.bound_only.then_some(Value::Bool(true)));
     if !ephemeral {
         // Persisted before the model is called: a crash mid-run must not
         // lose what the user said (RESTORE answers it as interrupted).
@@ -52,5 +50,23 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         session.set_meta(PENDING_USER_TURN, Some(Value::Bool(true)));
         core.sessions.save(session)?;
     }
+    ctx.prompt_overhead = Some(overhead);
     Ok(TurnEvent::Ok)
+}
+
+/// The prompt's size for `/status`.
+struct PromptTokens {
+    value: usize,
+    /// `value` is an upper bound: counting exactly would have loaded the
+    /// tokenizer for a figure no decision needed.
+    bound_only: bool,
+}
+
+fn prompt_tokens(overhead: &PromptOverhead, history: &[Message]) -> PromptTokens {
+    if crate::tokens::is_loaded() {
+        // History counts are remembered per message.
+        PromptTokens { value: overhead.exact() + history.iter().map(estimate_message).sum::<usize>(), bound_only: false }
+    } else {
+        PromptTokens { value: overhead.bound() + history.iter().map(message_bound).sum::<usize>(), bound_only: true }
+    }
 }

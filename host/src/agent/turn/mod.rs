@@ -25,6 +25,7 @@ use super::core::AgentCore;
 use super::pending::PendingQueue;
 use super::runner::{AgentRunResult, StopReason};
 use crate::bus::{InboundMessage, OutboundMessage};
+use crate::compact::PromptOverhead;
 use crate::provider::StreamSink;
 use crate::session::{Message, Session, SessionError};
 
@@ -149,7 +150,7 @@ pub struct TurnContext {
     pub started: Instant,
     /// Prompt tokens besides the session's messages (BUILD), for the
     /// consolidation check after SAVE.
-    pub prompt_overhead: usize,
+    pub prompt_overhead: Option<PromptOverhead>,
     /// SAVE found the session at its budget: consolidate in the background.
     pub consolidate_after: bool,
 }
@@ -177,7 +178,7 @@ impl TurnContext {
             sent_to_chat: false,
             outbound: None,
             started: Instant::now(),
-            prompt_overhead: 0,
+            prompt_overhead: None,
             consolidate_after: false,
         }
     }

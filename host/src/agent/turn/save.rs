@@ -21,7 +21,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         added.push(Message::assistant(NO_FINAL_ANSWER));
     }
     let limit = core.settings.max_tool_result_chars;
-    let (ephemeral, overhead) = (ctx.ephemeral, ctx.prompt_overhead);
+    let (ephemeral, overhead) = (ctx.ephemeral, ctx.prompt_overhead.take());
     let session = ctx.session_mut()?;
     // Calls and results of this turn only: they start at its user message
     // (persisted in BUILD), so the scan costs O(turn), not O(history).
@@ -55,7 +55,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     if !ephemeral {
         core.sessions.save(session)?;
     }
-    let needs = core.consolidator.needs_consolidation(session, overhead);
+    let needs = overhead.is_some_and(|overhead| core.consolidator.needs_consolidation(session, &overhead));
     ctx.consolidate_after = needs && !ephemeral;
     Ok(TurnEvent::Ok)
 }
