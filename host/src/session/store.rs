@@ -13,7 +13,7 @@
 //! A crash in the middle of an append leaves at most one partial last line,
 //! which the next load skips like any corrupt line.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -105,8 +105,10 @@ struct StoreState {
     cache: HashMap<String, Session>,
     /// Metadata records appended per session since its last rewrite.
     appended_records: HashMap<String, usize>,
-    /// Files written since the last sync.
-    dirty: Vec<PathBuf>,
+    /// Sessions written since the last sync. A set of keys: with hundreds
+    /// of live sessions, a list of paths scanned on every save showed up in
+    /// profiles (path comparison walks components).
+    dirty: HashSet<String>,
 }
 
 impl JsonlStore {
@@ -206,8 +208,8 @@ impl SessionStore for JsonlStore {
         }
         let mut state = self.state.lock().expect("store lock");
         *state.appended_records.entry(session.key.clone()).or_default() = if rewrite { 1 } else { records + 1 };
-        if !state.dirty.contains(&path) {
-            state.dirty.push(path);
+        if !state.dirty.contains(&session.key) {
+            state.dirty.insert(session.key.clone());
         }
         session.persisted = session.messages.len();
         session.needs_rewrite = false;
@@ -240,7 +242,8 @@ impl SessionStore for JsonlStore {
 
     fn sync(&self) -> Result<(), SessionError> {
         let dirty = std::mem::take(&mut self.state.lock().expect("store lock").dirty);
-        for path in dirty {
+        for key in dirty {
+            let path = self.path_of(&key);
             if let Ok(file) = File::open(&path) {
                 file.sync_all().map_err(Self::io(&path))?;
             }
