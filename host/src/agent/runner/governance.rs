@@ -115,6 +115,10 @@ fn compact(message: &mut Message) {
 /// answered), and adds an "interrupted" result for every call without one,
 /// right after its assistant message's other results.
 pub fn repair_pairs(messages: &mut Vec<Message>) {
+    // The usual case, checked without copying an id: nothing to repair.
+    if pairs_intact(messages) {
+        return;
+    }
     let mut answered: HashSet<String> = HashSet::new();
     let mut open: HashSet<String> = HashSet::new();
     let mut out: Vec<Message> = Vec::with_capacity(messages.len());
@@ -147,6 +151,31 @@ pub fn repair_pairs(messages: &mut Vec<Message>) {
     }
     flush(&mut out, &mut pending, &answered);
     *messages = out;
+}
+
+/// Whether every tool result answers a call of the assistant message before
+/// it, once, and every call has its result.
+fn pairs_intact(messages: &[Message]) -> bool {
+    let mut open: HashSet<&str> = HashSet::new();
+    for m in messages {
+        match m.role {
+            Role::Tool => {
+                if !open.remove(m.tool_call_id.as_deref().unwrap_or_default()) {
+                    return false;
+                }
+            }
+            _ => {
+                if !open.is_empty() {
+                    return false;
+                }
+                open.extend(m.tool_calls.iter().map(|c| c.id.as_str()));
+                if open.len() != m.tool_calls.len() {
+                    return false; // a repeated id
+                }
+            }
+        }
+    }
+    open.is_empty()
 }
 
 /// Drops old history until the request fits: system messages stay, and the
@@ -194,6 +223,24 @@ mod tests {
         let texts: Vec<&str> = messages.iter().map(Message::text).collect();
         assert_eq!(texts, ["q", "", "ok", "", INTERRUPTED_RESULT, "next"]);
         assert_eq!(messages[4].tool_call_id.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn only_broken_pairs_need_repair() {
+        let intact = vec![Message::user("q"), call("a"), Message::tool_result("a", "read_file", "ok"), Message::assistant("done")];
+        assert!(pairs_intact(&intact));
+        let mut repaired = intact.clone();
+        repair_pairs(&mut repaired);
+        assert_eq!(repaired, intact);
+        let broken = [
+            vec![Message::user("q"), Message::tool_result("ghost", "x", "orphan")],
+            vec![call("a"), Message::tool_result("a", "read_file", "ok"), Message::tool_result("a", "read_file", "again")],
+            vec![call("a"), Message::user("next")],
+            vec![call("a")],
+        ];
+        for messages in broken {
+            assert!(!pairs_intact(&messages), "{messages:?}");
+        }
     }
 
     #[test]
