@@ -129,6 +129,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn status_says_when_the_prompt_size_is_only_a_bound() {
+        let facts = StatusFacts { model: "m", provider: "p", context_window: 1000, uptime_secs: 0, active_tasks: 0 };
+        let mut session = Session::new("t:1");
+        session.set_meta(LAST_PROMPT_TOKENS, Some(250.into()));
+        assert!(status_text(&facts, &session).contains("Context: 250 of 1000 tokens (25%)"));
+        session.set_meta(LAST_PROMPT_TOKENS_BOUND, Some(true.into()));
+        assert!(status_text(&facts, &session).contains("Context: at most 250 of 1000 tokens (25%)"));
+    }
+
+    #[test]
     fn parsing() {
         assert_eq!(parse("/help"), Parsed::Known(Command::Help));
         assert_eq!(parse("  /STOP now"), Parsed::Known(Command::Stop));
