@@ -12,8 +12,7 @@
 //! - Peak RSS of a one-shot `chitin agent -m` (the real binary; one `fs`
 //!   tool call and an answer), measured on later runs once the plugin's
 //!   compiled code is cached, as any run after the first finds it.
-//! - Peak RSS of this bench process, which also compiles the plugins and
-//!   holds the 200 sessions.
+//! - Peak RSS of the bench process per part (it also compiles the plugins).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,27 +28,38 @@ use serde_json::json;
 
 const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
 
+/// The parts, in the order they run.
+const PARTS: [&str; 5] = ["turn10", "turn1000", "turn10000", "sessions", "oneshot"];
+
 fn main() {
-    // `cargo bench --bench agent -- sessions` runs only the parts named
-    // (turn10, turn1000, turn10000, sessions, oneshot); no name runs them all.
+    // `cargo bench --bench agent -- sessions` runs only the parts named; no
+    // name runs them all, each in a fresh process of this bench, so one
+    // part's heap (a 10 000-turn history, compiled plugins) does not slow
+    // the next one down and each peak RSS is the part's own.
     let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let run = |part: &str| wanted.is_empty() || wanted.iter().any(|w| w == part);
+    if wanted.is_empty() {
+        println!("chitin agent benchmark");
+        let me = std::env::current_exe().expect("this bench's path");
+        for part in PARTS {
+            let status = std::process::Command::new(&me).arg(part).status().expect("run a bench part");
+            assert!(status.success(), "bench part {part} failed");
+        }
+        return;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
-        println!("chitin agent benchmark");
-        for history in [10, 1_000, 10_000] {
-            if run(&format!("turn{history}")) {
-                per_turn_at(history).await;
+        for part in &wanted {
+            match part.as_str() {
+                "turn10" => per_turn_at(10).await,
+                "turn1000" => per_turn_at(1_000).await,
+                "turn10000" => per_turn_at(10_000).await,
+                "sessions" => many_sessions().await,
+                "oneshot" => one_shot_rss().await,
+                other => panic!("no bench part {other:?}; the parts: {}", PARTS.join(", ")),
             }
         }
-        if run("sessions") {
-            many_sessions().await;
-        }
-        if run("oneshot") {
-            one_shot_rss().await;
-        }
-        println!("peak RSS of this bench process: {:.1} MiB", peak_rss_mib());
     });
+    println!("             peak RSS of the bench process for {}: {:.1} MiB", wanted.join(" "), peak_rss_mib());
 }
 
 /// A mock that answers "call shout" to a request whose last message is the

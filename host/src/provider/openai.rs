@@ -31,7 +31,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 
 use super::retry::{self, Attempt, RetryPolicy};
 use super::{ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, StreamSink, Usage};
-use crate::session::{Message, ToolCall};
+use crate::session::{Message, Role, ToolCall};
 
 /// The longest API message quoted in an error, in characters.
 const MAX_DETAIL_CHARS: usize = 500;
@@ -304,7 +304,7 @@ impl Provider for OpenAiProvider {
 #[derive(Serialize)]
 struct RequestBody<'a> {
     model: &'a str,
-    messages: Vec<Message>,
+    messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "<[Value]>::is_empty")]
     tools: &'a [Value],
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -317,10 +317,32 @@ struct RequestBody<'a> {
     stream_options: Option<Value>,
 }
 
+/// A message as the provider sees it: [`Message`] without its metadata
+/// (history-only fields), borrowed, so a request serializes without copying
+/// the conversation (at turn 1 000 that copy was thousands of messages per
+/// request). Field for field what `Message` serializes.
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'a Role,
+    content: &'a Option<String>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tool_calls: &'a [ToolCall],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+}
+
+impl<'a> From<&'a Message> for WireMessage<'a> {
+    fn from(m: &'a Message) -> Self {
+        WireMessage { role: &m.role, content: &m.content, tool_calls: &m.tool_calls, tool_call_id: m.tool_call_id.as_deref(), name: m.name.as_deref() }
+    }
+}
+
 fn request_body(request: &ChatRequest, stream: bool) -> serde_json::Result<Vec<u8>> {
     serde_json::to_vec(&RequestBody {
         model: &request.model,
-        messages: request.messages.iter().map(Message::for_provider).collect(),
+        messages: request.messages.iter().map(WireMessage::from).collect(),
         tools: &request.tools,
         tool_choice: (!request.tools.is_empty()).then_some("auto"),
         max_tokens: request.max_tokens,
@@ -1035,6 +1057,19 @@ mod tests {
         }
         let e = http_error(422, &"x".repeat(5000), "m", "u");
         assert!(!e.retryable && e.message.contains("HTTP 422") && e.message.len() < 700);
+    }
+
+    #[test]
+    fn wire_messages_serialize_as_messages_without_metadata() {
+        let messages = [
+            Message::user("hi").with_meta("timestamp", "now"),
+            Message::assistant_calls(None, vec![ToolCall::new("c1", "read_file", r#"{"path":"a"}"#)]),
+            Message::tool_result("c1", "read_file", "text \"quoted\"\n"),
+            Message::assistant("done"),
+        ];
+        for m in &messages {
+            assert_eq!(serde_json::to_value(WireMessage::from(m)).unwrap(), serde_json::to_value(m.for_provider()).unwrap());
+        }
     }
 
     #[test]
