@@ -182,12 +182,16 @@ pub fn estimate_message(message: &Message) -> usize {
 }
 
 fn count_message(message: &Message) -> usize {
-    let calls: usize = message
-        .tool_calls
-        .iter()
-        .map(|c| estimate_text(&c.function.name) + estimate_text(&c.function.arguments) + PER_MESSAGE_OVERHEAD)
-        .sum();
-    PER_MESSAGE_OVERHEAD + estimate_text(message.text()) + calls
+    message_with(message, estimate_text)
+}
+
+/// A message's tokens with its texts (content, call names and arguments)
+/// measured by `text`, plus the framing: one formula for the count and for
+/// its byte bound, so the bound holds part by part.
+fn message_with(message: &Message, text: impl Fn(&str) -> usize) -> usize {
+    let calls: usize =
+        message.tool_calls.iter().map(|c| text(&c.function.name) + text(&c.function.arguments) + PER_MESSAGE_OVERHEAD).sum();
+    PER_MESSAGE_OVERHEAD + text(message.text()) + calls
 }
 
 /// An upper bound of [`estimate_message`] that never loads the tokenizer:
@@ -198,8 +202,7 @@ pub fn message_bound(message: &Message) -> usize {
     if let Some(tokens) = message.token_memo().get(size) {
         return tokens;
     }
-    let calls: usize = message.tool_calls.iter().map(|c| c.function.name.len() + c.function.arguments.len() + PER_MESSAGE_OVERHEAD).sum();
-    PER_MESSAGE_OVERHEAD + message.text().len() + calls
+    message_with(message, str::len)
 }
 
 /// Something whose token count is costly: a free upper bound, and the

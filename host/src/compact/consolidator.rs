@@ -137,7 +137,13 @@ impl ConsolidationReport {
 /// Tokens of the session's unarchived messages as the prompt would carry
 /// them: slash-command rows are never replayed, so they do not count.
 pub fn estimate_unarchived(session: &Session) -> usize {
-    session.recent().iter().map(cost).sum()
+    unarchived(session).map(estimate_message).sum()
+}
+
+/// The session's unarchived messages a prompt carries: slash-command rows
+/// are never replayed.
+fn unarchived(session: &Session) -> impl Iterator<Item = &Message> + Clone {
+    session.recent().iter().filter(|m| !m.is_command())
 }
 
 /// The part of a prompt estimate that is not the session's unarchived
@@ -147,7 +153,7 @@ pub fn estimate_unarchived(session: &Session) -> usize {
 /// What [`Consolidator::maybe_consolidate`] takes as
 /// `overhead_tokens`.
 pub fn prompt_overhead(system_prompt: &str, tools_tokens: usize, probe: &Message) -> usize {
-    estimate_message(&Message::system(system_prompt)) + tools_tokens + estimate_message(probe)
+    PromptOverhead::new(system_prompt, tools_tokens, probe).exact()
 }
 
 /// [`prompt_overhead`] counted only when a decision needs it (see
@@ -240,8 +246,7 @@ impl Consolidator {
     /// estimate (`overhead_tokens` + unarchived messages) reached the budget.
     /// Cheap; for deciding whether to schedule the background pass.
     pub fn needs_consolidation(&self, session: &Session, overhead: &dyn Counted) -> bool {
-        let unarchived = session.recent().iter().filter(|m| !m.is_command());
-        over_limit(unarchived, overhead, self.budget().saturating_sub(1))
+        over_limit(unarchived(session), overhead, self.budget().saturating_sub(1))
     }
 
     /// Consolidates `session` if its prompt estimate reached the budget.
