@@ -18,6 +18,9 @@
 //! - [`session`]: `Session`, history rules and the JSONL `SessionStore`;
 //! - [`compact`] and [`tokens`]: consolidation, idle compaction, the archive,
 //!   token estimates;
+//! - [`workspace`] and [`text`]: the host's only doors to what a plugin can
+//!   write: workspace files through a capability handle, plugin text made
+//!   safe to show and bounded in size;
 //! - [`testing`]: a scripted OpenAI-compatible server for tests and benches.
 //!
 //! Where this differs from `DESIGN.md`, and why:
@@ -46,5 +49,7 @@ pub mod plugins;
 pub mod provider;
 pub mod session;
 pub mod testing;
+pub mod text;
 pub mod tokens;
 pub mod tools;
+pub mod workspace;

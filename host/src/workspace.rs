@@ -1,0 +1,316 @@
+//! The host's door into the agent's workspace.
+//!
+//! Plugins write the workspace, so everything in it is hostile input: a
+//! plugin can plant a relative symlink whose target lies outside (WASI lets
+//! it create one, it just cannot follow it), and special files (a FIFO, a
+//! device) can sit there too. Host code that followed such a link with
+//! plain `std::fs` would read or write outside the sandbox on the plugin's
+//! behalf; a FIFO would block the reading thread forever.
+//!
+//! So every host access to a path inside the workspace goes through
+//! [`Workspace`], a capability handle (cap-std [`Dir`]) on its root:
+//! - paths are relative and resolved beneath the root; a symlink (or `..`)
+//!   that leads outside is an error, never followed;
+//! - files are opened non-blocking and checked after opening (`fstat` on the
+//!   open handle, so there is no window between check and use): anything but
+//!   a regular file is refused;
+//! - reads are capped: no file, however large, is read past its budget.
+//!
+//! Bootstrap files, memory, skills, the history archive and the tool-result
+//! spill all use it; nothing in the host opens a workspace path otherwise.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, File, Metadata, OpenOptions, OpenOptionsExt};
+
+/// Why a workspace access failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    /// The path is absolute or climbs out with `..`.
+    #[error("`{path}` is not a path inside the workspace")]
+    NotInside { path: PathBuf },
+    /// The path names something other than a regular file (a FIFO, socket,
+    /// device or directory); the host never opens those.
+    #[error("`{path}` in the workspace is {kind}, not a regular file; left alone")]
+    NotRegular { path: PathBuf, kind: &'static str },
+    /// An I/O error, including a symlink that leads out of the workspace.
+    #[error("cannot {op} `{path}` in the workspace: {source}")]
+    Io { op: &'static str, path: PathBuf, source: std::io::Error },
+}
+
+impl WorkspaceError {
+    /// True when the path simply does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, WorkspaceError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
+/// A capability handle on the workspace root. Cheap to clone.
+#[derive(Clone)]
+pub struct Workspace {
+    root: PathBuf,
+    dir: Arc<Dir>,
+}
+
+impl std::fmt::Debug for Workspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Workspace").field(&self.root).finish()
+    }
+}
+
+impl PartialEq for Workspace {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root
+    }
+}
+
+impl Eq for Workspace {}
+
+/// The result of a capped read.
+#[derive(Debug)]
+pub struct Capped {
+    /// At most the cap's worth of bytes from the start of the file.
+    pub bytes: Vec<u8>,
+    /// The file's full length.
+    pub len: u64,
+    /// True when the file was longer than the cap.
+    pub truncated: bool,
+}
+
+impl Workspace {
+    /// Opens the workspace at `root` (which must exist).
+    pub fn open(root: impl Into<PathBuf>) -> Result<Workspace, WorkspaceError> {
+        let root = root.into();
+        let dir = Dir::open_ambient_dir(&root, ambient_authority())
+            .map_err(|source| WorkspaceError::Io { op: "open", path: root.clone(), source })?;
+        Ok(Workspace { root, dir: Arc::new(dir) })
+    }
+
+    /// The root, for messages and for the sandbox's preopen.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Metadata of the regular file at `rel` (symlinks inside the workspace
+    /// are followed; ones leading out are an error). `Ok(None)` when nothing
+    /// is there.
+    pub fn file_metadata(&self, rel: &Path) -> Result<Option<Metadata>, WorkspaceError> {
+        let rel = inside(rel)?;
+        match self.dir.metadata(rel) {
+            Ok(meta) if meta.is_file() => Ok(Some(meta)),
+            Ok(meta) => Err(WorkspaceError::NotRegular { path: rel.to_path_buf(), kind: kind_of(&meta) }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(WorkspaceError::Io { op: "stat", path: rel.to_path_buf(), source }),
+        }
+    }
+
+    /// True when `rel` is a directory inside the workspace.
+    pub fn is_dir(&self, rel: &Path) -> bool {
+        inside(rel).is_ok_and(|rel| self.dir.metadata(rel).is_ok_and(|m| m.is_dir()))
+    }
+
+    /// Up to `cap` bytes from the start of the regular file at `rel`.
+    /// `Ok(None)` when it does not exist.
+    pub fn read_capped(&self, rel: &Path, cap: usize) -> Result<Option<Capped>, WorkspaceError> {
+        let Some((mut file, meta)) = self.open_regular(rel, OpenOptions::new().read(true), "read")? else {
+            return Ok(None);
+        };
+        let mut bytes = Vec::with_capacity((meta.len() as usize).min(cap) + 1);
+        (&mut file).take(cap as u64 + 1).read_to_end(&mut bytes).map_err(io("read", rel))?;
+        let truncated = bytes.len() > cap;
+        bytes.truncate(cap);
+        Ok(Some(Capped { bytes, len: meta.len(), truncated }))
+    }
+
+    /// The last `max` bytes of the regular file at `rel` (all of it when
+    /// shorter), and whether the read started past the beginning. Empty when
+    /// it does not exist.
+    pub fn read_tail(&self, rel: &Path, max: u64) -> Result<(Vec<u8>, bool), WorkspaceError> {
+        let Some((mut file, meta)) = self.open_regular(rel, OpenOptions::new().read(true), "read")? else {
+            return Ok((Vec::new(), false));
+        };
+        let start = meta.len().saturating_sub(max);
+        file.seek(SeekFrom::Start(start)).map_err(io("read", rel))?;
+        let mut bytes = Vec::with_capacity((meta.len() - start) as usize);
+        file.take(max).read_to_end(&mut bytes).map_err(io("read", rel))?;
+        Ok((bytes, start > 0))
+    }
+
+    /// Appends `bytes` in one `write` (O_APPEND), creating the file and its
+    /// directories.
+    pub fn append(&self, rel: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
+        self.create_parent(rel)?;
+        let (mut file, _) = self
+            .open_regular(rel, OpenOptions::new().append(true).create(true), "append to")?
+            .expect("create(true) opens or fails");
+        file.write_all(bytes).map_err(io("append to", rel))
+    }
+
+    /// Writes `bytes` as the whole content of the regular file at `rel`,
+    /// creating it and its directories.
+    pub fn write(&self, rel: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
+        self.create_parent(rel)?;
+        // Not `truncate(true)` at open: the check below must come first, so
+        // a special file planted there is refused before anything happens.
+        let (mut file, _) = self
+            .open_regular(rel, OpenOptions::new().write(true).create(true), "write")?
+            .expect("create(true) opens or fails");
+        file.set_len(0).map_err(io("write", rel))?;
+        file.write_all(bytes).map_err(io("write", rel))
+    }
+
+    /// Names of the entries of directory `rel`, sorted; empty when it does
+    /// not exist.
+    pub fn list_dir(&self, rel: &Path) -> Result<Vec<String>, WorkspaceError> {
+        let rel = inside(rel)?;
+        let entries = match self.dir.read_dir(rel) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(WorkspaceError::Io { op: "list", path: rel.to_path_buf(), source }),
+        };
+        let mut names: Vec<String> = entries.filter_map(Result::ok).filter_map(|e| e.file_name().into_string().ok()).collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Creates directory `rel` and its parents.
+    pub fn create_dir_all(&self, rel: &Path) -> Result<(), WorkspaceError> {
+        let rel = inside(rel)?;
+        if rel.as_os_str().is_empty() {
+            return Ok(());
+        }
+        self.dir.create_dir_all(rel).map_err(io("create directory", rel))
+    }
+
+    fn create_parent(&self, rel: &Path) -> Result<(), WorkspaceError> {
+        match inside(rel)?.parent() {
+            Some(parent) => self.create_dir_all(parent),
+            None => Ok(()),
+        }
+    }
+
+    /// Opens `rel` non-blocking (so a FIFO cannot hang the open) and refuses
+    /// it unless the open handle is a regular file. `Ok(None)` when it does
+    /// not exist and `options` does not create.
+    fn open_regular(&self, rel: &Path, options: &mut OpenOptions, op: &'static str) -> Result<Option<(File, Metadata)>, WorkspaceError> {
+        let rel = inside(rel)?;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+        let file = match self.dir.open_with(rel, options) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(WorkspaceError::Io { op, path: rel.to_path_buf(), source }),
+        };
+        let meta = file.metadata().map_err(io(op, rel))?;
+        if !meta.is_file() {
+            return Err(WorkspaceError::NotRegular { path: rel.to_path_buf(), kind: kind_of(&meta) });
+        }
+        Ok(Some((file, meta)))
+    }
+}
+
+/// `rel` if it is a plain relative path (no root, no `..`).
+fn inside(rel: &Path) -> Result<&Path, WorkspaceError> {
+    if rel.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir)) {
+        Ok(rel)
+    } else {
+        Err(WorkspaceError::NotInside { path: rel.to_path_buf() })
+    }
+}
+
+fn io<'a>(op: &'static str, rel: &'a Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + 'a {
+    move |source| WorkspaceError::Io { op, path: rel.to_path_buf(), source }
+}
+
+fn kind_of(meta: &Metadata) -> &'static str {
+    use cap_std::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_symlink() {
+        "a symlink"
+    } else {
+        "a special file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn setup() -> (tempfile::TempDir, Workspace, PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        let ws_path = root.path().join("ws");
+        std::fs::create_dir_all(&ws_path).unwrap();
+        std::fs::write(root.path().join("secret.txt"), "outside secret").unwrap();
+        let ws = Workspace::open(&ws_path).unwrap();
+        (root, ws, ws_path)
+    }
+
+    #[test]
+    fn a_symlink_out_is_never_followed() {
+        let (root, ws, ws_path) = setup();
+        symlink("../secret.txt", ws_path.join("AGENTS.md")).unwrap();
+        symlink(root.path(), ws_path.join("out")).unwrap();
+        assert!(ws.read_capped(Path::new("AGENTS.md"), 1024).is_err());
+        assert!(ws.file_metadata(Path::new("AGENTS.md")).is_err());
+        assert!(ws.write(Path::new("out/planted.txt"), b"x").is_err());
+        assert!(ws.append(Path::new("out/secret.txt"), b"x").is_err());
+        assert!(ws.write(Path::new("AGENTS.md"), b"x").is_err());
+        assert_eq!(std::fs::read_to_string(root.path().join("secret.txt")).unwrap(), "outside secret");
+        assert!(!root.path().join("planted.txt").exists());
+    }
+
+    #[test]
+    fn a_symlink_inside_is_followed() {
+        let (_root, ws, ws_path) = setup();
+        std::fs::write(ws_path.join("real.md"), "inside").unwrap();
+        symlink("real.md", ws_path.join("link.md")).unwrap();
+        assert_eq!(ws.read_capped(Path::new("link.md"), 1024).unwrap().unwrap().bytes, b"inside");
+    }
+
+    #[test]
+    fn paths_must_stay_inside() {
+        let (_root, ws, _) = setup();
+        assert!(matches!(ws.read_capped(Path::new("../secret.txt"), 10), Err(WorkspaceError::NotInside { .. })));
+        assert!(matches!(ws.read_capped(Path::new("/etc/passwd"), 10), Err(WorkspaceError::NotInside { .. })));
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let (_root, ws, ws_path) = setup();
+        let fifo = ws_path.join("memory.fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let err = ws.read_capped(Path::new("memory.fifo"), 10).unwrap_err();
+        assert!(matches!(err, WorkspaceError::NotRegular { kind: "a FIFO", .. }), "{err}");
+        assert!(ws.append(Path::new("memory.fifo"), b"x").is_err());
+        assert!(ws.write(Path::new("memory.fifo"), b"x").is_err());
+        assert!(ws.file_metadata(Path::new("memory.fifo")).is_err());
+    }
+
+    #[test]
+    fn reads_are_capped_and_tails_bounded() {
+        let (_root, ws, _) = setup();
+        ws.write(Path::new("a/b/big.txt"), &vec![b'x'; 10_000]).unwrap();
+        let capped = ws.read_capped(Path::new("a/b/big.txt"), 100).unwrap().unwrap();
+        assert_eq!((capped.bytes.len(), capped.truncated, capped.len), (100, true, 10_000));
+        let (tail, cut) = ws.read_tail(Path::new("a/b/big.txt"), 10).unwrap();
+        assert_eq!((tail.len(), cut), (10, true));
+        assert!(ws.read_capped(Path::new("missing"), 10).unwrap().is_none());
+        ws.append(Path::new("log.jsonl"), b"1\n").unwrap();
+        ws.append(Path::new("log.jsonl"), b"2\n").unwrap();
+        assert_eq!(ws.read_tail(Path::new("log.jsonl"), 100).unwrap().0, b"1\n2\n");
+        ws.write(Path::new("log.jsonl"), b"new").unwrap();
+        assert_eq!(ws.read_capped(Path::new("log.jsonl"), 100).unwrap().unwrap().bytes, b"new");
+    }
+}
