@@ -4,12 +4,14 @@
 
 fn main() {
     let plugins = [("fs", "chitin-plugin-fs")];
-    // The SDK example is built alongside: the CLI tests and the benchmark
-    // call its trivial tool. It is not embedded.
+    // The SDK example and the hostile test guest are built alongside (one
+    // nested cargo run, in parallel): the CLI tests and the benchmark call
+    // them through the real binary. Neither is embedded.
     let mut packages: Vec<&str> = plugins.iter().map(|(_, package)| *package).collect();
-    packages.push("hello-tool");
+    packages.extend(["hello-tool", "hostile-guest"]);
     let paths = chitin_xbuild::build_components(&packages);
     println!("cargo:rustc-env=CHITIN_HELLO_WASM={}", paths[plugins.len()].display());
+    println!("cargo:rustc-env=CHITIN_HOSTILE_WASM={}", paths[plugins.len() + 1].display());
     let entries: String = plugins
         .iter()
         .zip(&paths)
