@@ -233,6 +233,38 @@ pub fn child_main() -> ExitCode {
 mod tests {
     use super::*;
 
+    /// A component wrapping one core module whose single function declares
+    /// `locals` i64 locals.
+    fn with_locals(locals: u32) -> Vec<u8> {
+        use wasm_encoder::{CodeSection, Function, FunctionSection, Instruction, Module, ModuleSection, TypeSection, ValType};
+        let mut module = Module::new();
+        let mut types = TypeSection::new();
+        types.ty().function([], []);
+        module.section(&types);
+        let mut functions = FunctionSection::new();
+        functions.function(0);
+        module.section(&functions);
+        let mut code = CodeSection::new();
+        let mut f = Function::new([(locals, ValType::I64)]);
+        f.instruction(&Instruction::End);
+        code.function(&f);
+        module.section(&code);
+        let mut component = wasm_encoder::Component::new();
+        component.section(&ModuleSection(&module));
+        component.finish()
+    }
+
+    #[test]
+    fn components_past_the_caps_are_refused_before_compiling() {
+        let limits = Limits::default();
+        check_component("ok", &with_locals(MAX_FUNCTION_LOCALS), &limits).unwrap();
+        let err = check_component("bomb", &with_locals(MAX_FUNCTION_LOCALS + 1), &limits).unwrap_err().to_string();
+        assert_eq!(err, "plugin bomb is refused: function 1 declares 5001 locals (at most 5000)");
+        let small = Limits { max_component_mb: 0, ..Limits::default() };
+        let err = check_component("big", &with_locals(1), &small).unwrap_err().to_string();
+        assert!(err.contains("over the 0 MiB limit (config [limits] max_component_mb)"), "{err}");
+    }
+
     #[test]
     fn an_artifact_of_the_compile_engine_loads_in_the_pooling_engine() {
         let component = b"\0asm\x0d\0\x01\0";
