@@ -163,12 +163,15 @@ pub(crate) fn json_for_terminal(json: &str) -> Cow<'_, str> {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let data = DataDir::from_env()?;
-    let options = AppOptions { config_file: cli.config, ..AppOptions::default() };
+    // Plugins are compiled by this same binary in a child process with CPU
+    // and memory limits (`plugins::compile`).
+    let compile_child = std::env::current_exe().ok();
+    let options = AppOptions { config_file: cli.config, compile_child, ..AppOptions::default() };
     match cli.command {
         Command::Onboard { force } => onboard::run(&data, force),
         Command::Agent(args) => runtime.block_on(agent::run(args, data, options)),
         Command::Status => status::run(data, options),
-        Command::Plugin(cmd) => plugin::run(cmd, data, options),
+        Command::Plugin(cmd) => runtime.block_on(plugin::run(cmd, data, options)),
         Command::Tool(cmd) => runtime.block_on(tool::run(cmd, data, options)),
     }
 }

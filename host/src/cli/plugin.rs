@@ -53,12 +53,12 @@ pub enum PluginCommand {
     },
 }
 
-pub fn run(cmd: PluginCommand, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: PluginCommand, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     match cmd {
         PluginCommand::Inspect { plugin, json } => inspect(&plugin, json, data, options),
         PluginCommand::List { json } => list(json, data, options),
         PluginCommand::Pack { manifest, input, output } => pack(&manifest, &input, &output),
-        PluginCommand::Install { file } => install(&file, &data, &options),
+        PluginCommand::Install { file } => install(&file, &data, &options).await,
     }
 }
 
@@ -209,9 +209,13 @@ fn pack(manifest_path: &Path, input: &Path, output: &Path) -> anyhow::Result<Exi
 /// tools no other plugin has), compiles and links it (no plugin code runs),
 /// and only then writes it, atomically, to `plugins/<name>.wasm`. Installing
 /// a plugin of the same name again replaces it.
-fn install(file: &Path, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
+async fn install(file: &Path, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
     let config = load_config(data, options)?;
-    let runtime = PluginRuntime::new(RuntimeConfig { workspace: data.default_workspace(), cache_dir: Some(data.cache_dir()), limits: config.limits.clone() })?;
+    let mut runtime = PluginRuntime::new(RuntimeConfig { workspace: data.default_workspace(), cache_dir: Some(data.cache_dir()), limits: config.limits.clone() })?;
+    // Compiled as every later load would: in the limited child process.
+    if let Some(program) = &options.compile_child {
+        runtime = runtime.with_compile_child(program.clone());
+    }
     // One read: the bytes checked, compiled and linked are the bytes written.
     let bytes: std::sync::Arc<[u8]> = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?.into();
     let source = PluginSource::File(file.to_path_buf());
@@ -220,7 +224,7 @@ fn install(file: &Path, data: &DataDir, options: &AppOptions) -> anyhow::Result<
     let dir = data.plugins_dir();
     let dest = dir.join(format!("{name}.wasm"));
     check_install(&plugin.manifest, &dir, &dest)?;
-    runtime.prepare(&plugin).with_context(|| format!("{} cannot be installed", file.display()))?;
+    runtime.prepare(&plugin).await.with_context(|| format!("{} cannot be installed", file.display()))?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write_atomically(&dir, &dest, &bytes)?;
     outln!("installed {} {} to {}", name, shown(&plugin.manifest.version, 64, "version"), dest.display())?;

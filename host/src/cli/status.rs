@@ -14,7 +14,7 @@ pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     let exists = if config_file.exists() { "" } else { " (not found: using defaults; run `chitin onboard`)" };
     outln!("data dir:   {}", app.data.root().display())?;
     outln!("config:     {}{exists}", config_file.display())?;
-    outln!("workspace:  {}", app.workspace.display())?;
+    outln!("workspace:  {}", app.workspace.root().display())?;
     let agent = &app.config.agent;
     outln!("model:      {} (context {} tokens, max {} completion tokens)", agent.model, agent.context_window, agent.max_tokens)?;
     match app.config.provider() {
