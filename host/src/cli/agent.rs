@@ -27,6 +27,8 @@ use super::{for_terminal, shown};
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// Send this message and print the reply (otherwise: interactive chat).
+    /// Control characters in the reply, tool hints and errors are shown as
+    /// escapes (`\x1b`), on a terminal or not.
     #[arg(short, long)]
     message: Option<String>,
     /// Session name; messages of one session share history.
