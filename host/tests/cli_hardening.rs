@@ -108,11 +108,7 @@ fn a_tool_error_with_terminal_escapes_is_shown_escaped() {
 
 /// The hostile guest's `fail {text, repeat}` returns a `failed` error of
 /// `text` repeated; `progress_flood {text, count}` sends `text` as progress.
-/// Both come with the guest branch (hardening-guest); until it is merged
-/// into main these tools are unknown, so the test is ignored: remove the
-/// `ignore` when the guest lands.
 #[test]
-#[ignore = "needs the hostile guest's `fail` and `progress_flood` tools (hardening-guest, not in main yet)"]
 fn a_failed_error_and_progress_lines_with_terminal_escapes_are_shown_escaped() {
     let home = tempfile::tempdir().unwrap();
     let args = json!({ "text": HOSTILE_TEXT, "repeat": 3 }).to_string();
