@@ -276,6 +276,16 @@ mod tests {
     }
 
     #[test]
+    fn a_dangling_symlink_out_is_not_written_through() {
+        let (root, ws, ws_path) = setup();
+        symlink("../new.txt", ws_path.join("AGENTS.md")).unwrap();
+        let meta = ws.file_metadata(Path::new("AGENTS.md"));
+        assert!(ws.write(Path::new("AGENTS.md"), b"x").is_err(), "{meta:?}");
+        assert!(ws.append(Path::new("AGENTS.md"), b"x").is_err());
+        assert!(!root.path().join("new.txt").exists());
+    }
+
+    #[test]
     fn a_symlink_inside_is_followed() {
         let (_root, ws, ws_path) = setup();
         std::fs::write(ws_path.join("real.md"), "inside").unwrap();

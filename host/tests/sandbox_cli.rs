@@ -204,3 +204,72 @@ fn a_compile_bomb_is_stopped_in_the_compile_child_and_the_host_carries_on() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("plugin bomb is refused: function 1 declares 5001 locals (at most 5000)"), "{}", stderr(&out));
 }
+
+/// A home whose config grants the installed hostile guest `workspace`
+/// read-write over `ws`, plus `extra` config lines.
+fn hostile_home(tmp: &Path, ws: &Path, extra: &str) -> std::path::PathBuf {
+    let home = tmp.join("home");
+    std::fs::create_dir_all(home.join("plugins")).unwrap();
+    std::fs::create_dir_all(ws).unwrap();
+    std::fs::copy(HOSTILE_WASM, home.join("plugins/hostile.wasm")).unwrap();
+    let config = format!("workspace = \"{}\"\n[plugins.hostile]\nworkspace = \"read-write\"\n{extra}", ws.display());
+    std::fs::write(home.join("config.toml"), config).unwrap();
+    home
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn symlinks_a_plugin_plants_are_never_followed_by_the_agent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(outside.join("spill")).unwrap();
+    std::fs::write(outside.join("secret.txt"), "OUTSIDE-SECRET").unwrap();
+    let home = hostile_home(tmp.path(), &ws, "[agent]\nstream = false\nmax_tool_result_chars = 100\n");
+    let session_dir = format!(".chitin/tool-results/{}", chitin::session::encode_key("cli:direct"));
+    let mock = MockLlm::start(vec![
+        // Turn 1: the plugin plants its links, then a result big enough to be spilled.
+        MockReply::tool_call("symlink", json!({"target": "../outside/secret.txt", "link": "AGENTS.md"}).to_string()),
+        MockReply::tool_call("symlink", json!({"target": "../outside/secret.txt", "link": "memory/MEMORY.md"}).to_string()),
+        MockReply::tool_call("symlink", json!({"target": "../../../outside/spill", "link": session_dir}).to_string()),
+        MockReply::tool_call("big_output", json!({"bytes": 5000}).to_string()),
+        MockReply::text("planted"),
+        // Turn 2: a fresh process builds a system prompt over the planted links.
+        MockReply::text("second turn"),
+    ]);
+    let agent = |message: &str| {
+        let mut cmd = chitin(&home, &["agent", "-m", message]);
+        cmd.env("OPENAI_BASE_URL", mock.base_url());
+        run(cmd)
+    };
+    let out = agent("plant");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "planted");
+    assert!(std::fs::symlink_metadata(ws.join("AGENTS.md")).unwrap().file_type().is_symlink(), "the attack ran");
+    let out = agent("again");
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let requests = mock.requests();
+    for (i, request) in requests.iter().enumerate() {
+        assert!(!request.to_string().contains("OUTSIDE-SECRET"), "request {i} carries the outside file");
+    }
+    // The oversized result was not written through the planted link; the
+    // model got it inline, truncated.
+    assert_eq!(std::fs::read_dir(outside.join("spill")).unwrap().count(), 0, "the host wrote outside the workspace");
+    let spilled = requests[4]["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap()["content"].as_str().unwrap().to_string();
+    assert!(spilled.contains("[truncated: 5000 characters in all]"), "{spilled}");
+    assert_eq!(std::fs::read_to_string(outside.join("secret.txt")).unwrap(), "OUTSIDE-SECRET");
+}
+
+#[test]
+fn onboard_does_not_write_through_a_planted_link() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = home.join("workspace");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::os::unix::fs::symlink("../../outside-agents.md", ws.join("AGENTS.md")).unwrap();
+    let out = run(chitin(&home, &["onboard"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!tmp.path().join("outside-agents.md").exists(), "onboard wrote through the link");
+    assert!(stderr(&out).contains("AGENTS.md"), "{}", stderr(&out));
+    assert!(ws.join("SOUL.md").is_file() && ws.join("skills").is_dir());
+}

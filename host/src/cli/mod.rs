@@ -167,14 +167,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // and memory limits (`plugins::compile`).
     let compile_child = std::env::current_exe().ok();
     let options = AppOptions { config_file: cli.config, compile_child, ..AppOptions::default() };
-    match cli.command {
+    let result = match cli.command {
         Command::Onboard { force } => onboard::run(&data, force),
         Command::Agent(args) => runtime.block_on(agent::run(args, data, options)),
         Command::Status => status::run(data, options),
         Command::Plugin(cmd) => runtime.block_on(plugin::run(cmd, data, options)),
         Command::Tool(cmd) => runtime.block_on(tool::run(cmd, data, options)),
-    }
+    };
+    // Dropping a runtime waits for every blocking thread; one stuck in a
+    // system call on a plugin's behalf (a filesystem that never answers)
+    // must not keep the process alive after its work is done.
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    result
 }
+
+/// How long the process waits for blocking threads at exit.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Opens the host, reporting plugins that failed to load (on stderr, once)
 /// without stopping.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use chitin::config::DataDir;
+use chitin::workspace::Workspace;
 
 /// The config `onboard` writes. Its values are the built-in defaults, so a
 /// host without a config behaves the same.
@@ -63,23 +64,28 @@ pub fn run(data: &DataDir, force: bool) -> anyhow::Result<ExitCode> {
         outln!("wrote {}", config.display())?;
     }
     let workspace = data.default_workspace();
+    std::fs::create_dir_all(&workspace).with_context(|| format!("cannot create {}", workspace.display()))?;
+    // Through the workspace handle: a plugin may have planted a dangling
+    // symlink at one of these names to make onboarding write outside.
+    let files = Workspace::open(&workspace)?;
     for (file, text) in [("AGENTS.md", AGENTS_MD), ("SOUL.md", SOUL_MD), ("USER.md", USER_MD), ("memory/MEMORY.md", MEMORY_MD)] {
-        write_if_missing(&workspace.join(file), text)?;
+        write_if_missing(&files, Path::new(file), text)?;
     }
-    std::fs::create_dir_all(workspace.join("skills")).with_context(|| format!("cannot create {}", workspace.display()))?;
+    files.create_dir_all(Path::new("skills"))?;
     outln!("workspace: {}", workspace.display())?;
     outln!("next: set OPENAI_API_KEY (or edit [providers]) and run `chitin agent`")?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn write_if_missing(path: &Path, text: &str) -> anyhow::Result<()> {
-    if path.exists() {
-        return Ok(());
+fn write_if_missing(files: &Workspace, rel: &Path, text: &str) -> anyhow::Result<()> {
+    match files.file_metadata(rel) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Ok(files.write(rel, text.as_bytes())?),
+        Err(e) => {
+            errln!("warning: {}", chitin::text::for_terminal(&e.to_string()));
+            Ok(())
+        }
     }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]

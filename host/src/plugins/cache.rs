@@ -24,8 +24,6 @@ use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-use super::PluginError;
-
 /// Content hash of a component: the first half of its cache key.
 pub type ContentHash = [u8; 32];
 
@@ -145,23 +143,6 @@ impl ComponentCache {
         tmp.persist(path).map_err(|e| e.error)?;
         Ok(())
     }
-
-    /// Loads the compiled form of `bytes` from the cache, or compiles it in
-    /// this process and stores it. `name` is only used in error messages.
-    /// Returns whether it was a hit. (The runtime normally compiles through
-    /// [`super::compile`], which can isolate the compiler in a child.)
-    pub fn load(&self, engine: &Engine, name: &str, hash: &ContentHash, bytes: &[u8]) -> Result<(Component, bool), PluginError> {
-        if let Some(component) = self.lookup(engine, hash) {
-            return Ok((component, true));
-        }
-        let component = Component::new(engine, bytes)
-            .map_err(|e| PluginError::Compile { plugin: name.to_string(), message: format!("{e:#}") })?;
-        match component.serialize() {
-            Ok(artifact) => self.store(hash, &artifact),
-            Err(e) => tracing::warn!("cannot serialize compiled plugin {name}: {e:#}"),
-        }
-        Ok((component, false))
-    }
 }
 
 /// Where the key of the cache in `dir` lives: beside it, not in it.
@@ -217,8 +198,9 @@ mod tests {
         let dir = tmp.path().join("components");
         let cache = ComponentCache::new(&engine, Some(dir.clone()));
         let hash = content_hash(EMPTY_COMPONENT);
-        let (_, hit) = cache.load(&engine, "t", &hash, EMPTY_COMPONENT).unwrap();
-        assert!(!hit);
+        assert!(cache.lookup(&engine, &hash).is_none());
+        let artifact = Component::new(&engine, EMPTY_COMPONENT).unwrap().serialize().unwrap();
+        cache.store(&hash, &artifact);
         assert!(cache.lookup(&engine, &hash).is_some(), "the host's own entry loads");
         assert!(tmp.path().join("components.key").exists() && !dir.join("components.key").exists());
 

@@ -186,32 +186,31 @@ impl PluginRuntime {
     }
 
     async fn prepared<'a>(&self, plugin: &'a LoadedPlugin) -> Result<&'a ToolPluginPre<StoreState>, PluginError> {
-        let prepared = plugin
-            .prepared
-            .get_or_init(|| async {
-                let started = Instant::now();
-                let prepare = async {
-                let (component, hit) = match self.cache.lookup(&self.engine, &plugin.hash) {
-                    Some(component) => (component, true),
-                    None => {
-                        let (component, artifact) =
-                            compile::compile(&self.engine, &self.isolation, &self.limits, &plugin.name, &plugin.bytes).await?;
-                        self.cache.store(&plugin.hash, &artifact);
-                        (component, false)
-                    }
-                };
-                let pre = self
-                    .linker
-                    .instantiate_pre(&component)
-                    .and_then(ToolPluginPre::new)
-                    .map_err(|e| PluginError::Link { plugin: plugin.name.to_string(), message: format!("{e:#}") })?;
-                tracing::debug!(plugin = %plugin.name, cache_hit = hit, ms = started.elapsed().as_secs_f64() * 1e3, "plugin prepared");
-                Ok(pre)
-                };
-                prepare.await.map_err(Arc::new)
-            })
-            .await;
+        // A failure is kept too: a component that does not compile (a bomb
+        // stopped at its CPU limit) is not compiled again on every call.
+        let prepared = plugin.prepared.get_or_init(|| async { self.compile_and_link(plugin).await.map_err(Arc::new) }).await;
         prepared.as_ref().map_err(|e| PluginError::Prepare(e.clone()))
+    }
+
+    /// The cached artifact if the host wrote one, else a fresh compile (then
+    /// cached), linked against this runtime's interfaces.
+    async fn compile_and_link(&self, plugin: &LoadedPlugin) -> Result<ToolPluginPre<StoreState>, PluginError> {
+        let started = Instant::now();
+        let (component, hit) = match self.cache.lookup(&self.engine, &plugin.hash) {
+            Some(component) => (component, true),
+            None => {
+                let (component, artifact) = compile::compile(&self.engine, &self.isolation, &self.limits, &plugin.name, &plugin.bytes).await?;
+                self.cache.store(&plugin.hash, &artifact);
+                (component, false)
+            }
+        };
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .and_then(ToolPluginPre::new)
+            .map_err(|e| PluginError::Link { plugin: plugin.name.to_string(), message: format!("{e:#}") })?;
+        tracing::debug!(plugin = %plugin.name, cache_hit = hit, ms = started.elapsed().as_secs_f64() * 1e3, "plugin prepared");
+        Ok(pre)
     }
 
     /// Runs `tool` of `plugin` with `args_json` in a fresh sandbox. The
