@@ -130,6 +130,7 @@ fn a_50_mib_tool_call_is_refused_clearly_kept_out_of_the_session_and_memory_stay
 
     // The session goes on, with a small request.
     let second = run_measured(chitin(home.path(), &mock, &["agent", "-m", "are you there?", "-s", "cli:big"]));
+    eprintln!("peak RSS of the next, small turn (the baseline): {} MiB", second.peak_rss_kib / 1024);
     assert!(second.status.success(), "{}", second.stderr);
     assert_eq!(second.stdout.trim(), "Still here.");
     let sizes = mock.request_sizes();

@@ -345,3 +345,37 @@ fn notify(hooks: &[Arc<dyn AgentHook>], call: impl Fn(&dyn AgentHook) -> Result<
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_call_is_bounded_to_valid_json_and_refused() {
+        let args = format!("{{\"content\":\"{}\"}}", "é".repeat(1000));
+        let mut call = ToolCall::new("c1", "write_file", args.clone());
+        assert_eq!(bound_call(&mut call, args.len()), None, "at the limit: untouched");
+        assert_eq!(call.function.arguments, args);
+
+        let refusal = bound_call(&mut call, 1024).expect("refused");
+        assert_eq!(
+            refusal,
+            format!("Error: the arguments of `write_file` are {} bytes, over the limit of 1024 (config [agent] max_tool_args_kb); split the work into smaller calls.", args.len())
+        );
+        let kept: serde_json::Value = serde_json::from_str(&call.function.arguments).expect("still JSON");
+        let prefix = kept["_prefix"].as_str().unwrap();
+        assert!(args.starts_with(prefix) && prefix.len() <= OVERSIZED_ARGS_PREFIX && prefix.len() > OVERSIZED_ARGS_PREFIX - 4, "cut on a char boundary");
+        assert!(kept["_omitted"].as_str().unwrap().contains(&args.len().to_string()));
+        assert_eq!((call.id.as_str(), call.function.name.as_str()), ("c1", "write_file"));
+    }
+
+    #[test]
+    fn absurd_names_and_ids_are_clipped() {
+        let mut a = ToolCall::new("i".repeat(10_000), "n".repeat(10_000), "{}");
+        let mut b = ToolCall::new(format!("{}x", "i".repeat(10_000)), "ok", "{}");
+        assert_eq!(bound_call(&mut a, 1024), None);
+        bound_call(&mut b, 1024);
+        assert!(a.function.name.len() <= MAX_CALL_NAME + 3 && a.id.len() <= MAX_CALL_NAME);
+        assert_ne!(a.id, b.id, "clipped ids stay distinct");
+    }
+}
