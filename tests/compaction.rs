@@ -39,7 +39,7 @@ fn provider(mock: &MockLlm, retry: RetryPolicy) -> Arc<dyn Provider> {
 /// A consolidator over `mock`, archiving into a fresh workspace.
 fn make_consolidator(mock: &MockLlm, retry: RetryPolicy) -> (Consolidator, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let archive = HistoryArchive::new(dir.path());
+    let archive = HistoryArchive::new(&chitin::workspace::Workspace::open(dir.path()).unwrap());
     let settings = ConsolidationSettings::new(CONTEXT_WINDOW, MAX_TOKENS);
     (Consolidator::new(provider(mock, retry), "mock-model".into(), archive, settings), dir)
 }
@@ -292,7 +292,7 @@ async fn idle_sessions_are_compacted_and_fresh_ones_are_not() {
     let auto = AutoCompact::new(
         provider(&mock, RetryPolicy::none()),
         "mock-model".into(),
-        HistoryArchive::new(dir.path()),
+        HistoryArchive::new(&chitin::workspace::Workspace::open(dir.path()).unwrap()),
         Duration::from_secs(30 * 60),
         clock.clone(),
     );
@@ -349,7 +349,7 @@ async fn idle_compaction_off_and_failures() {
     let off = AutoCompact::new(
         provider(&mock, RetryPolicy::none()),
         "mock-model".into(),
-        HistoryArchive::new(dir.path()),
+        HistoryArchive::new(&chitin::workspace::Workspace::open(dir.path()).unwrap()),
         Duration::ZERO,
         clock.clone(),
     );
@@ -359,7 +359,7 @@ async fn idle_compaction_off_and_failures() {
     let on = AutoCompact::new(
         provider(&mock, RetryPolicy::none()),
         "mock-model".into(),
-        HistoryArchive::new(dir.path()),
+        HistoryArchive::new(&chitin::workspace::Workspace::open(dir.path()).unwrap()),
         Duration::from_secs(60),
         clock.clone(),
     );

@@ -58,7 +58,7 @@ async fn a_5000_message_session_stays_inside_the_window_for_50_turns() {
     assert_eq!(stored.messages.len(), 5000 + 100, "nothing deleted");
     assert!(stored.last_consolidated > 0);
     assert_eq!(stored.messages[0].text(), "item 0: please remember the number 0");
-    let archive = HistoryArchive::new(t.workspace()).entries().unwrap();
+    let archive = HistoryArchive::new(&chitin::workspace::Workspace::open(t.workspace()).unwrap()).entries().unwrap();
     assert!(archive.iter().all(|e| e.session_key == "cli:long"));
     assert!(!archive.is_empty());
     // The archive reaches the system prompt of later turns.
@@ -120,7 +120,7 @@ async fn new_archives_the_conversation_it_clears() {
     t.ask("my cat is called Miso").await;
     t.ask("/new").await;
     assert!(t.stored("cli:test").messages.is_empty());
-    let archive = HistoryArchive::new(t.workspace());
+    let archive = HistoryArchive::new(&chitin::workspace::Workspace::open(t.workspace()).unwrap());
     wait_until(|| archive.entries().map(|e| !e.is_empty()).unwrap_or(false)).await;
     let entries = archive.entries().unwrap();
     assert_eq!(entries[0].session_key, "cli:test");

@@ -226,7 +226,7 @@ async fn every_call_gets_a_fresh_instance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_parallel_calls_are_isolated() {
     let host = Arc::new(hostile(GrantConfig::default()));
-    host.runtime.prepare(&host.plugin).unwrap();
+    host.runtime.prepare(&host.plugin).await.unwrap();
     let calls = (0..16).map(|i| {
         let host = host.clone();
         tokio::spawn(async move {

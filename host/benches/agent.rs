@@ -98,14 +98,14 @@ fn mock_calling(tool: &'static str, args: serde_json::Value) -> MockLlm {
 /// The heading that marks a consolidation (archiving) request.
 const ARCHIVING_PROMPT: &[u8] = b"# Archiving task";
 
-fn agent(mock: &MockLlm, home: &std::path::Path, extra_agent: &str) -> AgentLoop {
+async fn agent(mock: &MockLlm, home: &std::path::Path, extra_agent: &str) -> AgentLoop {
     let config = format!("[agent]\nmodel = \"bench\"\nstream = false\nmax_concurrent_turns = 0\n{extra_agent}\n[providers.openai]\nbase_url = \"{}\"\n", mock.base_url());
     std::fs::write(home.join("config.toml"), config).unwrap();
     let app = App::open(DataDir::at(home), AppOptions { extra_plugins: vec![HELLO_WASM.into()], ..Default::default() }).unwrap();
     let provider = OpenAiProvider::new(OpenAiOptions { base_url: mock.base_url(), retry: RetryPolicy::none(), stream: false, ..OpenAiOptions::default() }).unwrap();
     let core = app.agent_core(Arc::new(provider), Arc::new(MessageBus::new()), Vec::new());
     for plugin in app.catalog.iter() {
-        app.runtime.prepare(plugin).unwrap();
+        app.runtime.prepare(plugin).await.unwrap();
     }
     AgentLoop::new(Arc::new(core))
 }
@@ -149,7 +149,7 @@ async fn mock_round_trips(mock: &MockLlm, body: &serde_json::Value) -> Duration 
 async fn per_turn_at(history: usize) {
     let mock = turn_mock();
     let home = tempfile::tempdir().unwrap();
-    let agent = agent(&mock, home.path(), "");
+    let agent = agent(&mock, home.path(), "").await;
     let store = JsonlStore::new(home.path().join("sessions"));
     let mut session = store.load("cli:bench").unwrap();
     for i in 0..history {
@@ -192,7 +192,7 @@ async fn per_turn_at(history: usize) {
 async fn many_sessions() {
     let mock = turn_mock().with_latency(Duration::from_millis(50));
     let home = tempfile::tempdir().unwrap();
-    let agent = agent(&mock, home.path(), "");
+    let agent = agent(&mock, home.path(), "").await;
     let started = Instant::now();
     let tasks: Vec<_> = (0..200)
         .map(|s| {

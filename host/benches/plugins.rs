@@ -26,7 +26,7 @@ fn main() {
     let hello = std::fs::read(HELLO_WASM).expect("hello-tool is built by host/build.rs");
 
     println!("chitin plugin benchmark (hello-tool, {} KiB)", hello.len() / 1024);
-    load_cold_vs_warm(&hello, home.path());
+    load_cold_vs_warm(&rt, &hello, home.path());
     let app = App::open(DataDir::at(home.path()), AppOptions { extra_plugins: vec![HELLO_WASM.into()], ..Default::default() }).unwrap();
     rt.block_on(per_call_overhead(&app));
     rt.block_on(parallel_throughput(&app));
@@ -34,13 +34,13 @@ fn main() {
     fifty_plugins(&hello);
 }
 
-fn load_cold_vs_warm(bytes: &[u8], home: &Path) {
+fn load_cold_vs_warm(rt: &tokio::runtime::Runtime, bytes: &[u8], home: &Path) {
     let cache = home.join("bench-cache");
     let measure = || {
         let runtime = PluginRuntime::new(RuntimeConfig { workspace: home.to_path_buf(), cache_dir: Some(cache.clone()), limits: Default::default() }).unwrap();
         let plugin = runtime.load(PluginSource::Builtin, Arc::from(bytes), &Default::default()).unwrap();
         let started = Instant::now();
-        runtime.prepare(&plugin).unwrap();
+        rt.block_on(runtime.prepare(&plugin)).unwrap();
         started.elapsed()
     };
     let _ = std::fs::remove_dir_all(&cache);

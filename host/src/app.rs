@@ -15,6 +15,7 @@ use crate::provider::{OpenAiOptions, OpenAiProvider, Provider, RetryPolicy};
 use crate::session::JsonlStore;
 use crate::plugins::{PluginCatalog, PluginError, PluginRuntime, RuntimeConfig};
 use crate::tools::{ToolError, ToolRegistry};
+use crate::workspace::{Workspace, WorkspaceError};
 
 /// What to open beyond the config file.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +26,10 @@ pub struct AppOptions {
     pub workspace: Option<PathBuf>,
     /// Plugin files to load in addition to the built-in and installed ones.
     pub extra_plugins: Vec<PathBuf>,
+    /// Compile plugins in a child process running this program (the
+    /// `chitin` binary), under the `[limits]` compile caps. `None` compiles
+    /// in process: for tests and benchmarks over trusted components.
+    pub compile_child: Option<PathBuf>,
 }
 
 /// Why the host could not be assembled.
@@ -45,6 +50,9 @@ pub enum AppError {
     /// The workspace directory could not be created.
     #[error("cannot create workspace {path}: {source}")]
     Workspace { path: PathBuf, source: std::io::Error },
+    /// The workspace could not be opened.
+    #[error(transparent)]
+    WorkspaceOpen(#[from] WorkspaceError),
 }
 
 /// A ready host.
@@ -53,8 +61,8 @@ pub struct App {
     pub data: DataDir,
     /// The config in force.
     pub config: Config,
-    /// The workspace plugins see.
-    pub workspace: PathBuf,
+    /// The workspace plugins see, and the host's only door into it.
+    pub workspace: Workspace,
     /// The plugin runtime.
     pub runtime: Arc<PluginRuntime>,
     /// The loaded plugins.
@@ -69,13 +77,19 @@ impl App {
         let config_file = options.config_file.clone().unwrap_or_else(|| data.config_file());
         let config = Config::load(&config_file)?.with_env_overrides();
         let workspace = options.workspace.clone().unwrap_or_else(|| config.workspace_dir(&data));
+        data.check_workspace(&workspace, &config_file)?;
         std::fs::create_dir_all(&workspace).map_err(|source| AppError::Workspace { path: workspace.clone(), source })?;
         let workspace = workspace.canonicalize().map_err(|source| AppError::Workspace { path: workspace.clone(), source })?;
-        let runtime = Arc::new(PluginRuntime::new(RuntimeConfig {
-            workspace: workspace.clone(),
+        let workspace = Workspace::open(workspace)?;
+        let mut runtime = PluginRuntime::new(RuntimeConfig {
+            workspace: workspace.root().to_path_buf(),
             cache_dir: Some(data.cache_dir()),
             limits: config.limits.clone(),
-        })?);
+        })?;
+        if let Some(program) = &options.compile_child {
+            runtime = runtime.with_compile_child(program.clone());
+        }
+        let runtime = Arc::new(runtime);
         let catalog = PluginCatalog::load(&runtime, &config.plugins, Some(&data.plugins_dir()), &options.extra_plugins)?;
         let tools = ToolRegistry::new(runtime.clone(), &catalog)?;
         Ok(App { data, config, workspace, runtime, catalog, tools })

@@ -27,6 +27,9 @@ pub enum ConfigError {
     /// `[agent] provider` names no `[providers.<name>]` table.
     #[error("config key `agent.provider` is \"{name}\", but there is no [providers.{name}] table (configured: {known}); run `chitin onboard` for an example")]
     MissingProvider { name: String, known: String },
+    /// The workspace overlaps what only the host may write.
+    #[error("the workspace {workspace} overlaps {what}: a plugin could then rewrite the host's config, cache or sessions. Use a workspace outside the data dir (or the default <data dir>/workspace)")]
+    WorkspaceOverlap { workspace: PathBuf, what: String },
     /// Neither `$CHITIN_HOME` nor a home directory is known.
     #[error("cannot find a data dir: set CHITIN_HOME or HOME")]
     NoHome,
@@ -85,6 +88,65 @@ impl DataDir {
     /// The default agent workspace.
     pub fn default_workspace(&self) -> PathBuf {
         self.root.join("workspace")
+    }
+
+    /// What only the host may write: everything in the data dir but the
+    /// default workspace. A plugin that could reach one of these would own
+    /// the host (grant itself capabilities in `config.toml`, replace a
+    /// compiled plugin in the cache, rewrite sessions).
+    fn host_only(&self) -> [PathBuf; 5] {
+        [self.config_file(), self.plugins_dir(), self.root.join("cache"), self.sessions_dir(), self.cli_history_file()]
+    }
+
+    /// Refuses a workspace that overlaps what only the host may write: the
+    /// data dir itself or any of its parts (see [`DataDir::host_only`]), and
+    /// `config_file` when it is given. Compared after resolving symlinks and
+    /// relative spellings, so `--workspace ~/.chitin/.` or a link to the data
+    /// dir is caught too. Creates the data dir if it is missing.
+    pub fn check_workspace(&self, workspace: &Path, config_file: &Path) -> Result<(), ConfigError> {
+        std::fs::create_dir_all(&self.root).map_err(|source| ConfigError::Io { path: self.root.clone(), source })?;
+        let ws = resolve(workspace);
+        let root = resolve(&self.root);
+        let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
+        if root.starts_with(&ws) {
+            return Err(ConfigError::WorkspaceOverlap { workspace: ws, what: format!("the data dir {}", root.display()) });
+        }
+        let mut guarded: Vec<PathBuf> = self.host_only().iter().map(|p| resolve(p)).collect();
+        guarded.push(resolve(config_file));
+        match guarded.into_iter().find(|p| overlap(&ws, p)) {
+            Some(p) => Err(ConfigError::WorkspaceOverlap { workspace: ws, what: format!("{} of the data dir", p.display()) }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `path` made absolute with symlinks resolved as far as it exists; the
+/// missing rest is appended as spelled (`..` and `.` removed lexically).
+fn resolve(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            let mut out = real;
+            for part in rest.iter().rev() {
+                match part {
+                    std::path::Component::ParentDir => {
+                        out.pop();
+                    }
+                    std::path::Component::CurDir => {}
+                    other => out.push(other),
+                }
+            }
+            return out;
+        }
+        match (existing.parent(), existing.components().next_back()) {
+            (Some(parent), Some(last)) => {
+                rest.push(last);
+                existing = parent;
+            }
+            _ => return absolute,
+        }
     }
 }
 
@@ -316,5 +378,34 @@ mod tests {
         assert!(err.contains("workspace") && err.contains("all"), "{err}");
         let err = Config::parse("[limits]\ntimeout = 5\n", Path::new("c.toml")).unwrap_err().to_string();
         assert!(err.contains("timeout"), "{err}");
+    }
+
+    #[test]
+    fn a_workspace_overlapping_the_data_dir_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = DataDir::at(tmp.path().join("home"));
+        let config = data.config_file();
+        let refused = |ws: &Path| data.check_workspace(ws, &config).unwrap_err().to_string();
+        std::fs::create_dir_all(data.root()).unwrap();
+        std::os::unix::fs::symlink(data.root(), tmp.path().join("link")).unwrap();
+        for ws in [
+            data.root().to_path_buf(),
+            data.root().join("."),
+            data.root().join("workspace/.."),
+            tmp.path().join("link"),
+            tmp.path().to_path_buf(),
+            data.root().join("cache"),
+            data.root().join("cache/components/x"),
+            data.root().join("sessions"),
+            data.root().join("plugins"),
+        ] {
+            let err = refused(&ws);
+            assert!(err.contains("overlaps"), "{ws:?}: {err}");
+        }
+        data.check_workspace(&data.default_workspace(), &config).unwrap();
+        data.check_workspace(&tmp.path().join("elsewhere"), &config).unwrap();
+        data.check_workspace(&tmp.path().join("link/workspace"), &config).unwrap();
+        let err = data.check_workspace(&tmp.path().join("elsewhere"), &tmp.path().join("elsewhere/my.toml")).unwrap_err();
+        assert!(err.to_string().contains("my.toml"), "{err}");
     }
 }

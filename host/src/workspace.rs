@@ -102,7 +102,7 @@ impl Workspace {
         match self.dir.metadata(rel) {
             Ok(meta) if meta.is_file() => Ok(Some(meta)),
             Ok(meta) => Err(WorkspaceError::NotRegular { path: rel.to_path_buf(), kind: kind_of(&meta) }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) if absent(&e) => Ok(None),
             Err(source) => Err(WorkspaceError::Io { op: "stat", path: rel.to_path_buf(), source }),
         }
     }
@@ -200,7 +200,7 @@ impl Workspace {
         options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
         let file = match self.dir.open_with(rel, options) {
             Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if absent(&e) => return Ok(None),
             Err(source) => return Err(WorkspaceError::Io { op, path: rel.to_path_buf(), source }),
         };
         let meta = file.metadata().map_err(io(op, rel))?;
@@ -218,6 +218,11 @@ fn inside(rel: &Path) -> Result<&Path, WorkspaceError> {
     } else {
         Err(WorkspaceError::NotInside { path: rel.to_path_buf() })
     }
+}
+
+/// Nothing there: not found, or a path through a plain file (`a.txt/b`).
+fn absent(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory)
 }
 
 fn io<'a>(op: &'static str, rel: &'a Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + 'a {

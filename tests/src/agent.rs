@@ -139,7 +139,7 @@ impl TestAgent {
 
     /// The agent's workspace.
     pub fn workspace(&self) -> &std::path::Path {
-        &self.app.workspace
+        self.app.workspace.root()
     }
 }
 

@@ -22,11 +22,11 @@
 //!
 //! Workspace files are read fresh on every turn (the user or the model may
 //! edit them between turns) but cached by `(mtime, len)`, so an unchanged
-//! file costs one `stat`.
+//! file costs one `stat`. Plugins write the workspace, so every read goes
+//! through [`Workspace`]: a bootstrap file that is a symlink out of the
+//! workspace, a FIFO or a device is left out with a warning, never followed.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -35,6 +35,7 @@ use chrono::{DateTime, Utc};
 
 use super::skills::{SKILL_FILE, SKILLS_DIR, Skill, SkillsLoader};
 use crate::session::{Message, Role};
+use crate::workspace::Workspace;
 
 /// Files at the workspace root inlined into every system prompt, in this order.
 pub const BOOTSTRAP_FILES: [&str; 3] = ["AGENTS.md", "SOUL.md", "USER.md"];
@@ -82,7 +83,7 @@ pub struct ArchiveContext {
 /// Shareable across turns and sessions (`&self` everywhere; the file caches
 /// sit behind mutexes).
 pub struct ContextBuilder {
-    workspace: PathBuf,
+    workspace: Workspace,
     skills: SkillsLoader,
     max_file_bytes: usize,
     files: FileCache,
@@ -91,7 +92,7 @@ pub struct ContextBuilder {
 impl ContextBuilder {
     /// A builder for `workspace`. Nothing is read until a prompt is built;
     /// missing files and directories are simply left out.
-    pub fn new(workspace: PathBuf) -> Self {
+    pub fn new(workspace: Workspace) -> Self {
         ContextBuilder {
             skills: SkillsLoader::new(&workspace),
             workspace,
@@ -108,7 +109,7 @@ impl ContextBuilder {
 
     /// The workspace.
     pub fn workspace(&self) -> &Path {
-        &self.workspace
+        self.workspace.root()
     }
 
     /// The skills loader (shares its cache with the prompt).
@@ -219,7 +220,7 @@ impl ContextBuilder {
              - Skills: `{SKILLS_DIR}/<name>/{SKILL_FILE}`.\n\n\
              ## Channel\n\n\
              This conversation is on the `{channel}` channel, chat `{chat}`. {hint}",
-            ws = self.workspace.display(),
+            ws = self.workspace.root().display(),
             channel = facts.channel,
             chat = facts.chat_id,
             hint = channel_hint(&facts.channel),
@@ -228,12 +229,12 @@ impl ContextBuilder {
 
     /// A workspace file, trimmed and capped; `None` when missing or blank.
     fn read_file(&self, relative: &str) -> Option<Arc<str>> {
-        self.files.read(&self.workspace.join(relative), relative, self.max_file_bytes).filter(|t| !t.is_empty())
+        self.files.read(&self.workspace, relative, self.max_file_bytes).filter(|t| !t.is_empty())
     }
 
     /// `path` relative to the workspace (what the file tools expect), or as is.
     fn display_path(&self, path: &Path) -> String {
-        path.strip_prefix(&self.workspace).unwrap_or(path).display().to_string()
+        path.strip_prefix(self.workspace.root()).unwrap_or(path).display().to_string()
     }
 }
 
@@ -325,69 +326,65 @@ struct FileCache {
 impl FileCache {
     /// The file's text, trimmed and capped at `cap` bytes; `None` when it
     /// does not exist or cannot be read (logged: a broken file must not
-    /// break the turn).
-    fn read(&self, path: &Path, name: &str, cap: usize) -> Option<Arc<str>> {
+    /// break the turn, and one planted by a plugin must not be followed).
+    fn read(&self, workspace: &Workspace, relative: &str, cap: usize) -> Option<Arc<str>> {
+        let path = Path::new(relative);
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let meta = match fs::metadata(path) {
-            Ok(meta) if meta.is_file() => meta,
-            Ok(_) => {
+        let meta = match workspace.file_metadata(path) {
+            Ok(Some(meta)) => meta,
+            Ok(None) => {
                 entries.remove(path);
                 return None;
             }
             Err(e) => {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(file = %path.display(), error = %e, "cannot stat prompt file; left out");
-                }
+                tracing::warn!(error = %e, "prompt file left out");
                 entries.remove(path);
                 return None;
             }
         };
-        let stamp = Stamp { mtime: meta.modified().ok(), len: meta.len() };
+        let stamp = Stamp { mtime: meta.modified().ok().map(|t| t.into_std()), len: meta.len() };
         if let Some((cached, text)) = entries.get(path)
             && *cached == stamp
         {
             return Some(text.clone());
         }
-        match read_capped(path, cap) {
-            Ok((bytes, truncated)) => {
+        match workspace.read_capped(path, cap) {
+            Ok(Some(read)) => {
+                let bytes = whole_chars(read.bytes, read.truncated);
                 let mut text = String::from_utf8_lossy(&bytes).trim().to_string();
-                if truncated {
-                    text.push_str(&truncation_note(name, meta.len() as usize, cap));
+                if read.truncated {
+                    text.push_str(&truncation_note(relative, read.len as usize, cap));
                 }
                 let text: Arc<str> = text.into();
                 entries.insert(path.to_path_buf(), (stamp, text.clone()));
                 Some(text)
             }
+            Ok(None) => None,
             Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "cannot read prompt file; left out");
+                tracing::warn!(error = %e, "prompt file left out");
                 None
             }
         }
     }
 }
 
-/// At most `cap` bytes of the file (never more in memory, however large the
-/// file is), cut back to a char boundary; `true` when the file was longer.
-fn read_capped(path: &Path, cap: usize) -> std::io::Result<(Vec<u8>, bool)> {
-    let mut bytes = Vec::new();
-    File::open(path)?.take(cap as u64 + 1).read_to_end(&mut bytes)?;
-    let truncated = bytes.len() > cap;
-    if truncated {
-        bytes.truncate(cap);
-        // Drop a multi-byte character cut in half, rather than show U+FFFD.
-        if let Err(e) = std::str::from_utf8(&bytes)
-            && e.error_len().is_none()
-        {
-            bytes.truncate(e.valid_up_to());
-        }
+/// Drops a multi-byte character cut in half by a capped read, rather than
+/// show U+FFFD.
+fn whole_chars(mut bytes: Vec<u8>, truncated: bool) -> Vec<u8> {
+    if truncated
+        && let Err(e) = std::str::from_utf8(&bytes)
+        && e.error_len().is_none()
+    {
+        bytes.truncate(e.valid_up_to());
     }
-    Ok((bytes, truncated))
+    bytes
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeZone;
+    use std::fs;
 
     fn facts() -> RuntimeFacts {
         RuntimeFacts {
@@ -431,7 +428,7 @@ mod tests {
     #[test]
     fn sections_come_in_order() {
         let ws = full_workspace();
-        let prompt = ContextBuilder::new(ws.path().to_path_buf()).system_prompt(&facts(), &archive());
+        let prompt = ContextBuilder::new(Workspace::open(ws.path()).unwrap()).system_prompt(&facts(), &archive());
         let order = [
             "# Identity",
             "You are chitin",
@@ -467,7 +464,7 @@ mod tests {
     fn missing_and_blank_files_are_left_out() {
         let ws = tempfile::tempdir().unwrap();
         write(ws.path(), "SOUL.md", " \n\n ");
-        let prompt = ContextBuilder::new(ws.path().to_path_buf()).system_prompt(&facts(), &ArchiveContext::default());
+        let prompt = ContextBuilder::new(Workspace::open(ws.path()).unwrap()).system_prompt(&facts(), &ArchiveContext::default());
         let headings: Vec<&str> = prompt.lines().filter(|l| l.starts_with("# ")).collect();
         assert_eq!(headings, ["# Identity", "# Workspace", "# Tool use"]);
         assert_eq!(prompt.matches(SECTION_SEPARATOR).count(), 2);
@@ -476,7 +473,7 @@ mod tests {
     #[test]
     fn always_on_skills_are_inlined_and_others_only_listed() {
         let ws = full_workspace();
-        let prompt = ContextBuilder::new(ws.path().to_path_buf()).system_prompt(&facts(), &ArchiveContext::default());
+        let prompt = ContextBuilder::new(Workspace::open(ws.path()).unwrap()).system_prompt(&facts(), &ArchiveContext::default());
         assert!(prompt.contains("always-body"));
         assert!(!prompt.contains("- **always-skill**"), "an inlined skill is not listed again");
         assert!(prompt.contains("- **other-skill**: d2 (`skills/other/SKILL.md`)"));
@@ -488,7 +485,7 @@ mod tests {
     fn malformed_skill_is_skipped() {
         let ws = full_workspace();
         write(ws.path(), "skills/broken/SKILL.md", "---\nname: broken-skill\ndescription: [oops\n---\nbroken-body");
-        let prompt = ContextBuilder::new(ws.path().to_path_buf()).system_prompt(&facts(), &ArchiveContext::default());
+        let prompt = ContextBuilder::new(Workspace::open(ws.path()).unwrap()).system_prompt(&facts(), &ArchiveContext::default());
         assert!(!prompt.contains("broken"));
         assert!(prompt.contains("other-skill") && prompt.contains("always-body"));
     }
@@ -496,8 +493,8 @@ mod tests {
     #[test]
     fn output_is_deterministic() {
         let ws = full_workspace();
-        let a = ContextBuilder::new(ws.path().to_path_buf());
-        let b = ContextBuilder::new(ws.path().to_path_buf());
+        let a = ContextBuilder::new(Workspace::open(ws.path()).unwrap());
+        let b = ContextBuilder::new(Workspace::open(ws.path()).unwrap());
         let mut shuffled = facts();
         shuffled.tool_names.reverse();
         shuffled.tool_names.push("exec".into());
@@ -511,7 +508,7 @@ mod tests {
     #[test]
     fn edited_files_are_picked_up() {
         let ws = full_workspace();
-        let builder = ContextBuilder::new(ws.path().to_path_buf());
+        let builder = ContextBuilder::new(Workspace::open(ws.path()).unwrap());
         assert!(builder.system_prompt(&facts(), &ArchiveContext::default()).contains("memory-text"));
         write(ws.path(), MEMORY_FILE, "memory-text, now longer");
         assert!(builder.system_prompt(&facts(), &ArchiveContext::default()).contains("memory-text, now longer"));
@@ -525,7 +522,7 @@ mod tests {
         // 'é' is two bytes: a cap of 11 cuts one in half.
         write(ws.path(), "AGENTS.md", &"é".repeat(100));
         write(ws.path(), "skills/big/SKILL.md", &format!("---\nalways: true\n---\n{}", "x".repeat(100)));
-        let builder = ContextBuilder::new(ws.path().to_path_buf()).with_max_file_bytes(11);
+        let builder = ContextBuilder::new(Workspace::open(ws.path()).unwrap()).with_max_file_bytes(11);
         let prompt = builder.system_prompt(&facts(), &ArchiveContext::default());
         assert!(prompt.contains(&format!("# AGENTS.md\n\n{}\n\n[... truncated: `AGENTS.md` is 200 bytes", "é".repeat(5))));
         assert!(prompt.contains(&format!("{}\n\n[... truncated: `skills/big/SKILL.md` is 100 bytes", "x".repeat(11))));
@@ -535,7 +532,7 @@ mod tests {
     #[test]
     fn channel_hints_differ() {
         let ws = tempfile::tempdir().unwrap();
-        let builder = ContextBuilder::new(ws.path().to_path_buf());
+        let builder = ContextBuilder::new(Workspace::open(ws.path()).unwrap());
         let prompt_for = |channel: &str| {
             let mut f = facts();
             f.channel = channel.into();
@@ -549,7 +546,7 @@ mod tests {
     #[test]
     fn current_message_merges_into_a_trailing_user_message() {
         let ws = tempfile::tempdir().unwrap();
-        let builder = ContextBuilder::new(ws.path().to_path_buf());
+        let builder = ContextBuilder::new(Workspace::open(ws.path()).unwrap());
         let history = vec![
             Message::user("first"),
             Message::assistant("reply"),
@@ -567,7 +564,7 @@ mod tests {
     #[test]
     fn current_message_is_appended_after_other_roles() {
         let ws = tempfile::tempdir().unwrap();
-        let builder = ContextBuilder::new(ws.path().to_path_buf());
+        let builder = ContextBuilder::new(Workspace::open(ws.path()).unwrap());
         let messages = builder.build_messages("sys".into(), vec![], Message::user("hi"));
         assert_eq!(messages, [Message::system("sys"), Message::user("hi")]);
 
@@ -575,5 +572,22 @@ mod tests {
         let messages = builder.build_messages("sys".into(), history, Message::user("next"));
         assert_eq!(messages.len(), 4);
         assert_eq!(messages[3], Message::user("next"));
+    }
+
+    #[test]
+    fn a_bootstrap_file_linked_out_of_the_workspace_is_left_out() {
+        let root = tempfile::tempdir().unwrap();
+        let ws = root.path().join("ws");
+        write(root.path(), "secret.txt", "outside-secret");
+        write(&ws, "USER.md", "user-text");
+        std::os::unix::fs::symlink("../secret.txt", ws.join("AGENTS.md")).unwrap();
+        std::os::unix::fs::symlink("../../secret.txt", ws.join("skills-link")).unwrap();
+        fs::create_dir_all(ws.join("skills/evil")).unwrap();
+        std::os::unix::fs::symlink("../../../secret.txt", ws.join("skills/evil/SKILL.md")).unwrap();
+        fs::create_dir_all(ws.join("memory")).unwrap();
+        std::os::unix::fs::symlink("../../secret.txt", ws.join(MEMORY_FILE)).unwrap();
+        let prompt = ContextBuilder::new(Workspace::open(&ws).unwrap()).system_prompt(&facts(), &ArchiveContext::default());
+        assert!(!prompt.contains("outside-secret"), "{prompt}");
+        assert!(prompt.contains("user-text"));
     }
 }

@@ -2,7 +2,6 @@
 //! the CLI (or a test) and shared behind an `Arc`; a turn's own data lives in
 //! its `TurnContext`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +29,7 @@ pub struct AgentCore {
     /// Assembles prompts.
     pub context: ContextBuilder,
     /// The agent's workspace.
-    pub workspace: PathBuf,
+    pub workspace: crate::workspace::Workspace,
     /// The bus the loop serves.
     pub bus: Arc<MessageBus>,
     /// Observers added to every run (progress display, tests).

@@ -24,14 +24,21 @@
 //! [`SkillsLoader::load`] runs on every turn (skills may be added or edited
 //! between turns, by the user or by the model itself), so parsed skills are
 //! cached by `(path, mtime, len)` and an unchanged file is never re-parsed.
+//!
+//! Plugins can write `skills/` too: files are read through [`Workspace`]
+//! (no symlinks out, no special files) and capped at [`MAX_SKILL_BYTES`].
 
 use std::collections::HashMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
 use serde_yaml_ng::Value;
+
+use crate::workspace::Workspace;
+
+/// A `SKILL.md` is read up to this size; the rest is cut with a note.
+pub const MAX_SKILL_BYTES: usize = 256 * 1024;
 
 /// The skills directory, relative to the workspace.
 pub const SKILLS_DIR: &str = "skills";
@@ -62,8 +69,8 @@ struct Stamp {
 }
 
 impl Stamp {
-    fn of(meta: &fs::Metadata) -> Self {
-        Stamp { mtime: meta.modified().ok(), len: meta.len() }
+    fn of(meta: &cap_std::fs::Metadata) -> Self {
+        Stamp { mtime: meta.modified().ok().map(|t| t.into_std()), len: meta.len() }
     }
 }
 
@@ -78,14 +85,15 @@ struct Cached {
 ///
 /// Cheap to share: `load` takes `&self` (the cache sits behind a mutex).
 pub struct SkillsLoader {
+    workspace: Workspace,
     dir: PathBuf,
     cache: Mutex<HashMap<PathBuf, Cached>>,
 }
 
 impl SkillsLoader {
     /// A loader for `<workspace>/skills`. Nothing is read until [`load`](Self::load).
-    pub fn new(workspace: impl Into<PathBuf>) -> Self {
-        SkillsLoader { dir: workspace.into().join(SKILLS_DIR), cache: Mutex::new(HashMap::new()) }
+    pub fn new(workspace: &Workspace) -> Self {
+        SkillsLoader { dir: workspace.root().join(SKILLS_DIR), workspace: workspace.clone(), cache: Mutex::new(HashMap::new()) }
     }
 
     /// The skills directory (`<workspace>/skills`).
@@ -98,70 +106,78 @@ impl SkillsLoader {
     /// means no skills; unreadable or malformed files are skipped with a
     /// warning.
     pub fn load(&self) -> Vec<Skill> {
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                self.lock().clear();
-                return Vec::new();
-            }
+        let names = match self.workspace.list_dir(Path::new(SKILLS_DIR)) {
+            Ok(names) => names,
             Err(e) => {
-                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot list skills directory");
+                tracing::warn!(error = %e, "cannot list skills directory");
                 return Vec::new();
             }
         };
+        if names.is_empty() {
+            self.lock().clear();
+            return Vec::new();
+        }
 
-        // Collect first, then sort: read_dir order is unspecified.
-        let mut files: Vec<(String, PathBuf)> = entries
-            .filter_map(Result::ok)
-            .filter_map(|entry| {
-                let dir_name = entry.file_name().to_str()?.to_string();
-                // Hidden directories (.git, editor state) are not skills.
-                if dir_name.starts_with('.') {
-                    return None;
-                }
-                let file = entry.path().join(SKILL_FILE);
-                // `is_file` follows symlinks, so a linked skill directory works.
-                file.is_file().then_some((dir_name, file))
+        // `list_dir` sorts, so the order is stable. Hidden directories (.git,
+        // editor state) are not skills. A skill directory linked elsewhere
+        // inside the workspace works; one linked out is refused below.
+        let files: Vec<(String, PathBuf)> = names
+            .into_iter()
+            .filter(|name| !name.starts_with('.'))
+            .map(|name| {
+                let rel = Path::new(SKILLS_DIR).join(&name).join(SKILL_FILE);
+                (name, rel)
             })
             .collect();
-        files.sort();
 
         let mut cache = self.lock();
-        // Forget deleted skills so the cache never outgrows the directory.
-        cache.retain(|path, _| files.iter().any(|(_, f)| f == path));
-
+        let mut present = Vec::with_capacity(files.len());
         let mut skills = Vec::with_capacity(files.len());
-        for (dir_name, file) in files {
-            let meta = match fs::metadata(&file) {
-                Ok(meta) => meta,
+        for (dir_name, rel) in files {
+            let meta = match self.workspace.file_metadata(&rel) {
+                Ok(Some(meta)) => {
+                    present.push(rel.clone());
+                    meta
+                }
+                Ok(None) => continue,
                 Err(e) => {
-                    tracing::warn!(file = %file.display(), error = %e, "cannot stat skill file; skipped");
+                    tracing::warn!(error = %e, "skill skipped");
                     continue;
                 }
             };
             let stamp = Stamp::of(&meta);
-            if let Some(hit) = cache.get(&file).filter(|c| c.stamp == stamp) {
+            if let Some(hit) = cache.get(&rel).filter(|c| c.stamp == stamp) {
                 skills.extend(hit.skill.clone());
                 continue;
             }
-            let skill = match fs::read(&file) {
+            let file = self.workspace.root().join(&rel);
+            let skill = match self.workspace.read_capped(&rel, MAX_SKILL_BYTES) {
                 // Lossy: one stray byte should not hide a whole skill.
-                Ok(bytes) => match parse_skill(&String::from_utf8_lossy(&bytes), &dir_name, &file) {
-                    Ok(skill) => Some(skill),
-                    Err(reason) => {
-                        tracing::warn!(file = %file.display(), %reason, "malformed skill; skipped");
-                        None
+                Ok(Some(read)) => {
+                    let mut text = String::from_utf8_lossy(&read.bytes).into_owned();
+                    if read.truncated {
+                        text.push_str(&format!("\n\n[... truncated: the file is {} bytes, only the first {MAX_SKILL_BYTES} are read.]", read.len));
                     }
-                },
+                    match parse_skill(&text, &dir_name, &file) {
+                        Ok(skill) => Some(skill),
+                        Err(reason) => {
+                            tracing::warn!(file = %file.display(), %reason, "malformed skill; skipped");
+                            None
+                        }
+                    }
+                }
+                Ok(None) => continue,
                 Err(e) => {
                     // Not cached: a read error may be transient.
-                    tracing::warn!(file = %file.display(), error = %e, "cannot read skill file; skipped");
+                    tracing::warn!(error = %e, "cannot read skill file; skipped");
                     continue;
                 }
             };
             skills.extend(skill.clone());
-            cache.insert(file, Cached { stamp, skill });
+            cache.insert(rel, Cached { stamp, skill });
         }
+        // Forget deleted skills so the cache never outgrows the directory.
+        cache.retain(|path, _| present.contains(path));
         drop(cache);
 
         skills.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.path.cmp(&b.path)));
@@ -270,7 +286,7 @@ fn one_line(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs::File;
+    use std::fs::{self, File};
 
     fn write_skill(ws: &Path, dir: &str, text: &str) -> PathBuf {
         let d = ws.join(SKILLS_DIR).join(dir);
@@ -283,7 +299,7 @@ mod tests {
     #[test]
     fn missing_dir_means_no_skills() {
         let ws = tempfile::tempdir().unwrap();
-        assert!(SkillsLoader::new(ws.path()).load().is_empty());
+        assert!(SkillsLoader::new(&Workspace::open(ws.path()).unwrap()).load().is_empty());
     }
 
     #[test]
@@ -291,7 +307,7 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         write_skill(ws.path(), "b-dir", "---\nname: zeta\ndescription: Last one.\nalways: true\n---\n\n# Zeta\nDo Z.\n");
         write_skill(ws.path(), "a-dir", "---\nname: alpha\ndescription: >\n  Folded\n  text.\n---\nDo A.");
-        let skills = SkillsLoader::new(ws.path()).load();
+        let skills = SkillsLoader::new(&Workspace::open(ws.path()).unwrap()).load();
         assert_eq!(skills.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["alpha", "zeta"]);
         assert_eq!(skills[0].description, "Folded text.");
         assert!(!skills[0].always);
@@ -305,7 +321,7 @@ mod tests {
     fn no_front_matter_uses_dir_name_and_first_line() {
         let ws = tempfile::tempdir().unwrap();
         write_skill(ws.path(), "notes", "\n\n# Take notes in notes.md\n\nMore.\n");
-        let skills = SkillsLoader::new(ws.path()).load();
+        let skills = SkillsLoader::new(&Workspace::open(ws.path()).unwrap()).load();
         assert_eq!(skills.len(), 1);
         assert_eq!(skills[0].name, "notes");
         assert_eq!(skills[0].description, "Take notes in notes.md");
@@ -317,7 +333,7 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         write_skill(ws.path(), "win", "\u{feff}---\r\ndescription: From Windows\r\nalways: \"true\"\r\n---\r\nBody\r\n");
         write_skill(ws.path(), "empty", "---\n---\nJust a body.\n");
-        let skills = SkillsLoader::new(ws.path()).load();
+        let skills = SkillsLoader::new(&Workspace::open(ws.path()).unwrap()).load();
         assert_eq!(skills.len(), 2);
         assert_eq!((skills[0].name.as_str(), skills[0].description.as_str()), ("empty", "Just a body."));
         assert_eq!((skills[1].name.as_str(), skills[1].description.as_str()), ("win", "From Windows"));
@@ -336,7 +352,7 @@ mod tests {
         // A directory without SKILL.md and a hidden one are ignored.
         fs::create_dir_all(ws.path().join("skills/empty-dir")).unwrap();
         write_skill(ws.path(), ".hidden", "---\nname: hidden\n---\n");
-        let names: Vec<_> = SkillsLoader::new(ws.path()).load().into_iter().map(|s| s.name).collect();
+        let names: Vec<_> = SkillsLoader::new(&Workspace::open(ws.path()).unwrap()).load().into_iter().map(|s| s.name).collect();
         assert_eq!(names, ["good"]);
     }
 
@@ -344,7 +360,7 @@ mod tests {
     fn unchanged_files_come_from_the_cache() {
         let ws = tempfile::tempdir().unwrap();
         let file = write_skill(ws.path(), "c", "---\ndescription: one\n---\nbody");
-        let loader = SkillsLoader::new(ws.path());
+        let loader = SkillsLoader::new(&Workspace::open(ws.path()).unwrap());
         assert_eq!(loader.load()[0].description, "one");
 
         // Same length, same mtime: the loader must not re-read the file, so

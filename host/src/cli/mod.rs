@@ -68,7 +68,10 @@ pub fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let data = DataDir::from_env()?;
-    let options = AppOptions { config_file: cli.config, ..AppOptions::default() };
+    // Plugins are compiled by this same binary in a child process with CPU
+    // and memory limits (`plugins::compile`).
+    let compile_child = std::env::current_exe().ok();
+    let options = AppOptions { config_file: cli.config, compile_child, ..AppOptions::default() };
     match cli.command {
         Command::Onboard { force } => onboard::run(&data, force),
         Command::Agent(args) => runtime.block_on(agent::run(args, data, options)),

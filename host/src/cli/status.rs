@@ -11,7 +11,7 @@ pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     let exists = if config_file.exists() { "" } else { " (not found: using defaults; run `chitin onboard`)" };
     println!("data dir:   {}", app.data.root().display());
     println!("config:     {}{exists}", config_file.display());
-    println!("workspace:  {}", app.workspace.display());
+    println!("workspace:  {}", app.workspace.root().display());
     let agent = &app.config.agent;
     println!("model:      {} (context {} tokens, max {} completion tokens)", agent.model, agent.context_window, agent.max_tokens);
     match app.config.provider() {

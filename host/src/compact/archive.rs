@@ -11,9 +11,11 @@
 //! BUILD needs only the latest entries of one session, on every turn, and the
 //! file only grows: [`HistoryArchive::recent`] therefore reads a bounded tail
 //! ([`TAIL_BYTES`]), never the whole file.
+//!
+//! The file lives in the workspace, which plugins write: it is reached only
+//! through [`Workspace`], so a plugin that replaces it with a symlink out or
+//! a FIFO gets an error logged, never an append to a file outside.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, SubsecRound, Utc};
@@ -22,6 +24,10 @@ use serde::{Deserialize, Serialize};
 use super::CompactError;
 use crate::agent::context::HISTORY_FILE;
 use crate::tokens::estimate_text;
+use crate::workspace::Workspace;
+
+/// [`HistoryArchive::entries`] reads at most this much of the file.
+pub const MAX_READ_BYTES: usize = 64 << 20;
 
 /// How much of the end of the file [`HistoryArchive::recent`] reads.
 pub const TAIL_BYTES: u64 = 256 * 1024;
@@ -48,44 +54,36 @@ impl HistoryEntry {
     }
 }
 
-/// The archive file of one workspace. Cheap to clone; holds no handle, so
-/// it never keeps the file open between entries.
+/// The archive file of one workspace. Cheap to clone; holds no file
+/// handle, so it never keeps the file open between entries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryArchive {
+    workspace: Workspace,
     path: PathBuf,
 }
 
 impl HistoryArchive {
     /// The archive of `workspace`: `<workspace>/memory/history.jsonl`.
-    pub fn new(workspace: &Path) -> Self {
-        HistoryArchive { path: workspace.join(HISTORY_FILE) }
+    pub fn new(workspace: &Workspace) -> Self {
+        HistoryArchive { workspace: workspace.clone(), path: workspace.root().join(HISTORY_FILE) }
     }
 
-    /// An archive at an explicit path.
-    pub fn at(path: impl Into<PathBuf>) -> Self {
-        HistoryArchive { path: path.into() }
-    }
-
-    /// The file.
+    /// The file (for messages and the system prompt).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    fn rel() -> &'static Path {
+        Path::new(HISTORY_FILE)
     }
 
     /// Appends one entry (creating the file and its directory).
     pub fn append(&self, entry: &HistoryEntry) -> Result<(), CompactError> {
         let mut line = serde_json::to_vec(entry)?;
         line.push(b'\n');
-        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::create_dir_all(dir).map_err(CompactError::io("create directory", dir))?;
-        }
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(CompactError::io("append to", &self.path))?;
         // One buffer, one write: with O_APPEND the line lands whole at the
         // end even when another session appends at the same time.
-        file.write_all(&line).map_err(CompactError::io("append to", &self.path))
+        Ok(self.workspace.append(Self::rel(), &line)?)
     }
 
     /// The latest entries of `session_key`, oldest first: at most
@@ -126,27 +124,17 @@ impl HistoryArchive {
     /// Every readable entry of the whole file, in file order (for tools,
     /// tests and maintenance; BUILD uses [`HistoryArchive::recent`]).
     pub fn entries(&self) -> Result<Vec<HistoryEntry>, CompactError> {
-        match fs::read(&self.path) {
-            Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).lines().filter_map(parse_line).collect()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(CompactError::io("read", &self.path)(e)),
+        match self.workspace.read_capped(Self::rel(), MAX_READ_BYTES)? {
+            Some(read) => Ok(String::from_utf8_lossy(&read.bytes).lines().filter_map(parse_line).collect()),
+            None => Ok(Vec::new()),
         }
     }
 
     /// The last `bytes` of the file, starting at a line boundary.
     fn read_tail(&self, bytes: u64) -> Result<String, CompactError> {
-        let mut file = match File::open(&self.path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
-            Err(e) => return Err(CompactError::io("read", &self.path)(e)),
-        };
-        let len = file.metadata().map_err(CompactError::io("read", &self.path))?.len();
-        let start = len.saturating_sub(bytes);
-        file.seek(SeekFrom::Start(start)).map_err(CompactError::io("read", &self.path))?;
-        let mut buf = Vec::with_capacity((len - start) as usize);
-        file.take(bytes).read_to_end(&mut buf).map_err(CompactError::io("read", &self.path))?;
-        if start > 0 {
-            // The seek most likely landed inside a line: drop its remainder
+        let (mut buf, cut) = self.workspace.read_tail(Self::rel(), bytes)?;
+        if cut {
+            // The read most likely started inside a line: drop its remainder
             // (a line that starts exactly there is lost too; it is old).
             let skip = buf.iter().position(|&b| b == b'\n').map_or(buf.len(), |i| i + 1);
             buf.drain(..skip);
@@ -166,6 +154,8 @@ fn parse_line(line: &str) -> Option<HistoryEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::{self, OpenOptions};
+    use std::io::Write;
 
     fn entry(key: &str, cursor: usize, content: &str) -> HistoryEntry {
         HistoryEntry::new(key, cursor, content, Utc::now())
@@ -174,7 +164,7 @@ mod tests {
     #[test]
     fn append_creates_the_directory_and_writes_one_line_per_entry() {
         let dir = tempfile::tempdir().unwrap();
-        let archive = HistoryArchive::new(dir.path());
+        let archive = HistoryArchive::new(&Workspace::open(dir.path()).unwrap());
         archive.append(&entry("a:1", 4, "first\nwith a newline")).unwrap();
         archive.append(&entry("b:1", 2, "other")).unwrap();
         let text = fs::read_to_string(dir.path().join("memory/history.jsonl")).unwrap();
@@ -189,7 +179,7 @@ mod tests {
     #[test]
     fn recent_filters_by_session_orders_oldest_first_and_bounds() {
         let dir = tempfile::tempdir().unwrap();
-        let archive = HistoryArchive::new(dir.path());
+        let archive = HistoryArchive::new(&Workspace::open(dir.path()).unwrap());
         assert!(archive.recent("a:1", 10, 1000).is_empty());
         for i in 0..6 {
             archive.append(&entry("a:1", i, &format!("a{i}"))).unwrap();
@@ -205,7 +195,7 @@ mod tests {
     #[test]
     fn corrupt_and_torn_lines_are_skipped() {
         let dir = tempfile::tempdir().unwrap();
-        let archive = HistoryArchive::new(dir.path());
+        let archive = HistoryArchive::new(&Workspace::open(dir.path()).unwrap());
         archive.append(&entry("a:1", 1, "one")).unwrap();
         let mut file = OpenOptions::new().append(true).open(archive.path()).unwrap();
         file.write_all(b"not json\n{\"cursor\": 3, \"trunc").unwrap();
@@ -218,7 +208,7 @@ mod tests {
     #[test]
     fn only_the_tail_is_read() {
         let dir = tempfile::tempdir().unwrap();
-        let archive = HistoryArchive::new(dir.path());
+        let archive = HistoryArchive::new(&Workspace::open(dir.path()).unwrap());
         // An old entry, then more than TAIL_BYTES of another session.
         archive.append(&entry("a:1", 1, "old")).unwrap();
         let filler = "x".repeat(10_000);

@@ -240,7 +240,7 @@ mod tests {
         AutoCompact::new(
             Arc::new(Fixed("notes")),
             "m".into(),
-            HistoryArchive::new(dir),
+            HistoryArchive::new(&crate::workspace::Workspace::open(dir).unwrap()),
             Duration::from_secs(idle_minutes * 60),
             clock,
         )
@@ -296,6 +296,6 @@ mod tests {
         assert_eq!(session.metadata[LAST_SUMMARY]["text"], "notes");
         assert_eq!(session.metadata[LAST_SUMMARY]["cursor"], 2);
         assert_eq!(auto.compact(&mut session, "sys").await.unwrap(), None, "nothing left");
-        assert_eq!(HistoryArchive::new(dir.path()).entries().unwrap().len(), 1);
+        assert_eq!(HistoryArchive::new(&crate::workspace::Workspace::open(dir.path()).unwrap()).entries().unwrap().len(), 1);
     }
 }

@@ -32,7 +32,6 @@ pub mod auto;
 pub mod consolidator;
 pub mod summarise;
 
-use std::path::PathBuf;
 
 pub use archive::{HistoryArchive, HistoryEntry, TAIL_BYTES};
 pub use auto::{AutoCompact, Clock, ManualClock, SCAN_INTERVAL, SystemClock};
@@ -53,25 +52,12 @@ pub fn last_summary(session: &crate::session::Session) -> Option<String> {
 /// falls back to a raw archive entry (see the module docs).
 #[derive(Debug, thiserror::Error)]
 pub enum CompactError {
-    /// Reading or writing the archive (or creating its directory) failed.
-    #[error("could not {action} {}: {source}", path.display())]
-    Io {
-        /// What was being done: "append to", "read", "create directory".
-        action: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Reading or writing the archive (or creating its directory) failed,
+    /// or the archive path holds something the host will not touch.
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::WorkspaceError),
     /// An archive entry could not be encoded as JSON.
     #[error("could not encode a history entry: {0}")]
     Encode(#[from] serde_json::Error),
 }
 
-impl CompactError {
-    fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> CompactError {
-        let path = path.into();
-        move |source| CompactError::Io { action, path, source }
-    }
-}

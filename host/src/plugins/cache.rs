@@ -1,13 +1,24 @@
-//! Compiled components cached on disk.
+//! Compiled components cached on disk, and only ever read back when the
+//! host itself wrote them.
 //!
 //! Compiling a component (Cranelift) costs hundreds of milliseconds; loading
 //! its serialized form costs a fraction of one. Entries are keyed by the
 //! component's content hash *and* the engine's compatibility hash (wasmtime
-//! version and engine config), so a new host or a changed config never loads a
-//! stale artifact. `Component::deserialize_file` trusts its input, which is
-//! why only files this module wrote, in the host's own data dir, are read.
+//! version and engine config), so a new host or a changed config never loads
+//! a stale artifact.
+//!
+//! `Component::deserialize` trusts its input completely: serialized bytes are
+//! native code. A cache file written by anyone but this host would run as
+//! the plugin it claims to be, with that plugin's grant. So every entry
+//! carries a keyed hash (blake3, keyed with 32 random bytes the host keeps in
+//! `<cache dir>.key`, beside the directory rather than in it) over the
+//! engine key, the component hash and the artifact. On load the file is read
+//! into memory, the hash checked, and only then are *those same bytes*
+//! deserialized (no window for a swap between check and use). A file that
+//! fails the check is discarded and the component compiled again.
 
 use std::hash::{Hash, Hasher};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use wasmtime::Engine;
@@ -23,19 +34,45 @@ pub fn content_hash(bytes: &[u8]) -> ContentHash {
     *blake3::hash(bytes).as_bytes()
 }
 
+/// First bytes of every entry: names the format.
+const MAGIC: &[u8; 8] = b"chitinc1";
+
+/// Magic + keyed hash.
+const HEADER: usize = MAGIC.len() + 32;
+
 /// A directory of serialized components.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ComponentCache {
     dir: Option<PathBuf>,
     engine_key: String,
+    mac_key: [u8; 32],
+}
+
+impl std::fmt::Debug for ComponentCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComponentCache").field("dir", &self.dir).field("engine_key", &self.engine_key).finish_non_exhaustive()
+    }
 }
 
 impl ComponentCache {
-    /// A cache in `dir`; `None` disables caching (every load compiles).
+    /// A cache in `dir`; `None` disables caching (every load compiles). The
+    /// key is read from (or created in) `<dir>.key`; if that fails the cache
+    /// is disabled with a warning rather than trusted.
     pub fn new(engine: &Engine, dir: Option<PathBuf>) -> Self {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
-        ComponentCache { dir, engine_key: format!("{:016x}", hasher.finish()) }
+        let engine_key = format!("{:016x}", hasher.finish());
+        let keyed = dir.and_then(|dir| match load_or_create_key(&key_file(&dir)) {
+            Ok(key) => Some((dir, key)),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), "compile cache disabled: cannot keep its key: {e}");
+                None
+            }
+        });
+        match keyed {
+            Some((dir, mac_key)) => ComponentCache { dir: Some(dir), engine_key, mac_key },
+            None => ComponentCache { dir: None, engine_key, mac_key: [0; 32] },
+        }
     }
 
     fn entry(&self, hash: &ContentHash) -> Option<PathBuf> {
@@ -43,40 +80,167 @@ impl ComponentCache {
         self.dir.as_ref().map(|d| d.join(format!("{hex}-{}.cwasm", self.engine_key)))
     }
 
-    /// Loads the compiled form of `bytes`, compiling and storing it on a miss.
-    /// `name` is only used in error messages. Returns whether it was a hit.
-    pub fn load(&self, engine: &Engine, name: &str, hash: &ContentHash, bytes: &[u8]) -> Result<(Component, bool), PluginError> {
-        if let Some(path) = self.entry(hash) {
-            if path.exists() {
-                // SAFETY: the cache dir is private to this host and entries are
-                // written only by `store` below from `Component::serialize`; the
-                // engine key makes an incompatible entry unreachable, and a
-                // damaged one fails to deserialize cleanly and is replaced.
-                match unsafe { Component::deserialize_file(engine, &path) } {
-                    Ok(component) => return Ok((component, true)),
-                    Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}"),
-                }
+    fn mac(&self, hash: &ContentHash, artifact: &[u8]) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new_keyed(&self.mac_key);
+        hasher.update(self.engine_key.as_bytes());
+        hasher.update(hash);
+        hasher.update(artifact);
+        *hasher.finalize().as_bytes()
+    }
+
+    /// The compiled form of `hash` if this host cached it, already loaded.
+    /// Anything else found at the entry's path (missing, foreign, damaged,
+    /// for another engine) is a miss.
+    pub fn lookup(&self, engine: &Engine, hash: &ContentHash) -> Option<Component> {
+        let path = self.entry(hash)?;
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "cannot read cache entry: {e}");
+                return None;
             }
+        };
+        let authentic = bytes.len() > HEADER
+            && bytes[..MAGIC.len()] == MAGIC[..]
+            && blake3::Hash::from(<[u8; 32]>::try_from(&bytes[MAGIC.len()..HEADER]).expect("32 bytes"))
+                == blake3::Hash::from(self.mac(hash, &bytes[HEADER..]));
+        if !authentic {
+            tracing::warn!(path = %path.display(), "discarding a cache entry this host did not write");
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        // SAFETY: these exact bytes carry a keyed hash only this host can
+        // make (the key never leaves the data dir), over this engine's key
+        // and this component's hash: the host serialized them itself from
+        // `Component::serialize` with this engine configuration.
+        match unsafe { Component::deserialize(engine, &bytes[HEADER..]) } {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}");
+                None
+            }
+        }
+    }
+
+    /// Stores `artifact` (the output of `Component::serialize`, or of the
+    /// compile child) for `hash`. Failures are logged: a cache that cannot be
+    /// written only costs a recompile next time.
+    pub fn store(&self, hash: &ContentHash, artifact: &[u8]) {
+        let Some(path) = self.entry(hash) else { return };
+        if let Err(e) = self.write_entry(&path, hash, artifact) {
+            tracing::warn!(path = %path.display(), "could not cache compiled plugin: {e}");
+        }
+    }
+
+    /// Writes atomically (temp file + rename) so a concurrent reader never
+    /// sees half an entry.
+    fn write_entry(&self, path: &Path, hash: &ContentHash, artifact: &[u8]) -> std::io::Result<()> {
+        let dir = path.parent().expect("cache entries live in a directory");
+        std::fs::create_dir_all(dir)?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        tmp.write_all(MAGIC)?;
+        tmp.write_all(&self.mac(hash, artifact))?;
+        tmp.write_all(artifact)?;
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
+    }
+
+    /// Loads the compiled form of `bytes` from the cache, or compiles it in
+    /// this process and stores it. `name` is only used in error messages.
+    /// Returns whether it was a hit. (The runtime normally compiles through
+    /// [`super::compile`], which can isolate the compiler in a child.)
+    pub fn load(&self, engine: &Engine, name: &str, hash: &ContentHash, bytes: &[u8]) -> Result<(Component, bool), PluginError> {
+        if let Some(component) = self.lookup(engine, hash) {
+            return Ok((component, true));
         }
         let component = Component::new(engine, bytes)
             .map_err(|e| PluginError::Compile { plugin: name.to_string(), message: format!("{e:#}") })?;
-        if let Some(path) = self.entry(hash) {
-            if let Err(e) = store(&component, &path) {
-                tracing::warn!(path = %path.display(), "could not cache compiled plugin: {e}");
-            }
+        match component.serialize() {
+            Ok(artifact) => self.store(hash, &artifact),
+            Err(e) => tracing::warn!("cannot serialize compiled plugin {name}: {e:#}"),
         }
         Ok((component, false))
     }
 }
 
-/// Writes atomically (temp file + rename) so a concurrent reader never sees
-/// half an artifact.
-fn store(component: &Component, path: &Path) -> std::io::Result<()> {
-    let bytes = component.serialize().map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-    let dir = path.parent().expect("cache entries live in a directory");
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, &bytes)?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+/// Where the key of the cache in `dir` lives: beside it, not in it.
+fn key_file(dir: &Path) -> PathBuf {
+    let mut name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "cache".into());
+    name.push(".key");
+    dir.with_file_name(name)
+}
+
+/// Reads the 32-byte key, or makes one (mode 0600, created exclusively so two
+/// processes starting together agree on one key).
+fn load_or_create_key(path: &Path) -> std::io::Result<[u8; 32]> {
+    if let Ok(bytes) = std::fs::read(path)
+        && let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice())
+    {
+        return Ok(key);
+    }
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| std::io::Error::other(format!("no randomness for the cache key: {e}")))?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut tmp = tempfile::NamedTempFile::new_in(path.parent().unwrap_or(Path::new(".")))?;
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    tmp.write_all(&key)?;
+    match tmp.persist_noclobber(path) {
+        Ok(_) => Ok(key),
+        // Another process won the race, or a damaged key file is there: a
+        // damaged one is replaced (its entries simply stop verifying).
+        Err(e) => match std::fs::read(path).ok().and_then(|b| <[u8; 32]>::try_from(b.as_slice()).ok()) {
+            Some(theirs) => Ok(theirs),
+            None => e.file.persist(path).map(|_| key).map_err(|e| e.error),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine() -> Engine {
+        Engine::new(wasmtime::Config::new().wasm_component_model(true)).unwrap()
+    }
+
+    /// The smallest component there is.
+    const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
+
+    #[test]
+    fn only_entries_this_host_wrote_are_loaded() {
+        let engine = engine();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("components");
+        let cache = ComponentCache::new(&engine, Some(dir.clone()));
+        let hash = content_hash(EMPTY_COMPONENT);
+        let (_, hit) = cache.load(&engine, "t", &hash, EMPTY_COMPONENT).unwrap();
+        assert!(!hit);
+        assert!(cache.lookup(&engine, &hash).is_some(), "the host's own entry loads");
+        assert!(tmp.path().join("components.key").exists() && !dir.join("components.key").exists());
+
+        // A plugin-made file at the entry's path: a valid serialized
+        // component, but without the host's keyed hash.
+        let path = cache.entry(&hash).unwrap();
+        let foreign = Component::new(&engine, EMPTY_COMPONENT).unwrap().serialize().unwrap();
+        std::fs::write(&path, &foreign).unwrap();
+        assert!(cache.lookup(&engine, &hash).is_none());
+        assert!(!path.exists(), "the foreign entry is discarded");
+
+        // The same with a forged header: right magic, wrong hash.
+        let mut forged = MAGIC.to_vec();
+        forged.extend_from_slice(&[7u8; 32]);
+        forged.extend_from_slice(&foreign);
+        std::fs::write(&path, &forged).unwrap();
+        assert!(cache.lookup(&engine, &hash).is_none());
+
+        // A cache with another key does not trust this host's entries.
+        cache.store(&hash, &foreign);
+        std::fs::write(tmp.path().join("components.key"), [9u8; 32]).unwrap();
+        let other = ComponentCache::new(&engine, Some(dir));
+        assert!(other.lookup(&engine, &hash).is_none());
+    }
 }

@@ -68,14 +68,29 @@ pub fn build_engine(limits: &Limits) -> Result<Engine, PluginError> {
         .pagemap_scan(wasmtime::Enabled::Auto)
         .decommit_batch_size(DECOMMIT_BATCH);
 
+    let mut config = code_config();
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    Engine::new(&config).map_err(|e| PluginError::Engine(format!("{e:#}")))
+}
+
+/// The settings compiled code depends on, shared by the host's engine and
+/// the compile child's ([`compile_engine`]), so an artifact made by one loads
+/// in the other.
+fn code_config() -> Config {
     let mut config = Config::new();
     config
-        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
         .epoch_interruption(true)
         .max_wasm_stack(MAX_WASM_STACK)
         .async_stack_size(ASYNC_STACK)
         .wasm_component_model(true);
-    Engine::new(&config).map_err(|e| PluginError::Engine(format!("{e:#}")))
+    config
+}
+
+/// An engine that only compiles: the code settings of [`build_engine`]
+/// without the pooling allocator, whose up-front address-space reservation
+/// would not fit under the compile child's memory limit.
+pub fn compile_engine() -> Result<Engine, PluginError> {
+    Engine::new(&code_config()).map_err(|e| PluginError::Engine(format!("{e:#}")))
 }
 
 /// Bumps the engine's epoch every [`TICK`] until dropped.

@@ -22,6 +22,13 @@ pub enum PluginError {
     /// Two plugins define the same plugin or tool name.
     #[error("{0}")]
     Conflict(String),
+    /// Preparing the plugin failed earlier in this process (the first
+    /// failure is kept, so a bad component is not recompiled on every call).
+    #[error(transparent)]
+    Prepare(std::sync::Arc<PluginError>),
+    /// The component is past a size or complexity cap and is not compiled.
+    #[error("plugin {plugin} is refused: {message}")]
+    TooComplex { plugin: String, message: String },
     /// Cranelift could not compile the component.
     #[error("plugin {plugin} does not compile: {message}")]
     Compile { plugin: String, message: String },
@@ -38,6 +45,12 @@ pub enum PluginError {
     /// The guest tried to grow its memory past the cap.
     #[error("tool `{tool}` of plugin {plugin} ran out of memory (limit {limit_mb} MiB; config [limits] memory_mb)")]
     OutOfMemory { plugin: String, tool: String, limit_mb: u64 },
+    /// The guest held more host resources than the call may.
+    #[error("tool `{tool}` of plugin {plugin} opened more than {limit} host resources at once (files, streams, HTTP requests and headers; config [limits] max_resources)")]
+    TooManyResources { plugin: String, tool: String, limit: u32 },
+    /// The guest called `exit` instead of returning.
+    #[error("tool `{tool}` of plugin {plugin} exited with status {code} instead of returning a result")]
+    Exited { plugin: String, tool: String, code: i32 },
     /// The guest recursed too deep.
     #[error("tool `{tool}` of plugin {plugin} overflowed its stack (recursion too deep)")]
     StackOverflow { plugin: String, tool: String },

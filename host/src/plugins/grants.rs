@@ -111,7 +111,8 @@ impl HostPattern {
         self.port.is_none_or(|p| p == port) && self.matches_host(host)
     }
 
-    fn matches_host(&self, host: &str) -> bool {
+    /// True when this pattern names `host` (on some port).
+    pub fn matches_host(&self, host: &str) -> bool {
         let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
         match self.host.strip_prefix("*.") {
             Some(suffix) => host.strip_suffix(suffix).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),

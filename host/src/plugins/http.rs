@@ -12,7 +12,11 @@
 //!   `localhost`). For plain `http` the request is then pinned to the checked
 //!   address, so a second DNS answer cannot differ (DNS rebinding); for
 //!   `https` the certificate check binds the connection to the name.
-//! - A denial is logged with the config line that would allow it.
+//! - A denial is logged with the config line that would allow it (the
+//!   `host:port` when only another port of that host is granted).
+//! - In flight: at most `[limits] max_http_requests` requests of one call at
+//!   once (each holds a socket and a host task until its body is done);
+//!   past that `handle` fails for the guest with a message naming the key.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -26,12 +30,19 @@ use super::grants::{HostPattern, is_private};
 pub struct HttpPolicy {
     plugin: Arc<str>,
     granted: Arc<[HostPattern]>,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    max_in_flight: u32,
 }
 
 impl HttpPolicy {
-    /// A policy admitting exactly `granted`.
-    pub fn new(plugin: Arc<str>, granted: Vec<HostPattern>) -> Self {
-        HttpPolicy { plugin, granted: granted.into() }
+    /// A policy admitting exactly `granted`, at most `max_in_flight` at once.
+    pub fn new(plugin: Arc<str>, granted: Vec<HostPattern>, max_in_flight: u32) -> Self {
+        HttpPolicy {
+            plugin,
+            granted: granted.into(),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight as usize)),
+            max_in_flight,
+        }
     }
 }
 
@@ -49,12 +60,27 @@ impl WasiHttpHooks for HttpPolicy {
     ) -> ResponseFuture {
         let plugin = self.plugin.clone();
         let granted = self.granted.clone();
+        // Taken now, not in the future below: a guest that fires requests
+        // without waiting is refused at the one past the limit.
+        let permit = self.in_flight.clone().try_acquire_owned();
+        let max_in_flight = self.max_in_flight;
         Box::new(async move {
+            let Ok(permit) = permit else {
+                tracing::warn!(plugin = &*plugin, "outgoing HTTP refused: {max_in_flight} requests already in flight");
+                return Err(HttpError::InternalError(Some(format!(
+                    "more than {max_in_flight} HTTP requests in flight in one call (config [limits] max_http_requests)"
+                ))));
+            };
             let pinned = admit(&plugin, &granted, request.uri()).await?;
             if let Some(addr) = pinned {
                 pin_to(&mut request, addr);
             }
             let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            // The connection task holds the permit until the body is done.
+            let io = async move {
+                let _permit = permit;
+                io.await
+            };
             Ok((
                 response.map(http_body_util::BodyExt::boxed_unsync),
                 Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
@@ -76,9 +102,9 @@ async fn admit(plugin: &str, granted: &[HostPattern], uri: &Uri) -> Result<Optio
     let host = authority.host().trim_start_matches('[').trim_end_matches(']');
     let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
     let Some(pattern) = granted.iter().find(|p| p.matches(host, port)) else {
-        return Err(deny(format!(
-            "`{host}:{port}` is not granted; add \"{host}\" to `network` under [plugins.{plugin}] to allow it"
-        )));
+        // Only another port of this host granted: name the port, not the host.
+        let allow = if granted.iter().any(|p| p.matches_host(host)) { format!("{host}:{port}") } else { host.to_string() };
+        return Err(deny(format!("`{host}:{port}` is not granted; add \"{allow}\" to `network` under [plugins.{plugin}] to allow it")));
     };
     if let Ok(ip) = host.parse::<IpAddr>() {
         // An IP literal needs no lookup; it is private only if granted as such.

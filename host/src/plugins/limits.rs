@@ -28,6 +28,23 @@ pub struct Limits {
     /// Tool calls running at once across all plugins; each holds one pooled
     /// instance slot. Further calls wait for a slot.
     pub max_concurrent_calls: u32,
+    /// Host resources (open files and directories, streams, HTTP requests,
+    /// responses, header maps, pollables) one call may hold at once: they
+    /// live in host memory and host descriptors, outside `memory_mb`.
+    pub max_resources: u32,
+    /// Outgoing HTTP requests one call may have in flight at once: each
+    /// holds a socket and a task of the host.
+    pub max_http_requests: u32,
+    /// Bytes one `wasi:http` header map may hold, in KiB (with the host's
+    /// in-memory overhead): bounded together with `max_resources`.
+    pub max_header_kb: u32,
+    /// CPU seconds compiling one component may take (it runs in a child
+    /// process that is stopped at this limit).
+    pub compile_cpu_secs: u64,
+    /// Address space of that child, in MiB.
+    pub compile_memory_mb: u64,
+    /// Largest component accepted, in MiB.
+    pub max_component_mb: u64,
 }
 
 impl Default for Limits {
@@ -40,6 +57,12 @@ impl Default for Limits {
             max_tables: 32,
             max_table_elements: 100_000,
             max_concurrent_calls: 32,
+            max_resources: 1_000,
+            max_http_requests: 8,
+            max_header_kb: 64,
+            compile_cpu_secs: 60,
+            compile_memory_mb: 2_048,
+            max_component_mb: 64,
         }
     }
 }
@@ -58,6 +81,16 @@ impl Limits {
     /// The output cap in bytes.
     pub fn max_output_bytes(&self) -> usize {
         (self.max_output_kb as usize).saturating_mul(1 << 10)
+    }
+
+    /// The compile child's address-space cap in bytes.
+    pub fn compile_memory_bytes(&self) -> u64 {
+        self.compile_memory_mb.saturating_mul(1 << 20)
+    }
+
+    /// The component size cap in bytes.
+    pub fn max_component_bytes(&self) -> usize {
+        (self.max_component_mb as usize).saturating_mul(1 << 20)
     }
 }
 

@@ -13,6 +13,7 @@
 pub mod bindings;
 pub mod cache;
 pub mod catalog;
+pub mod compile;
 pub mod engine;
 mod error;
 pub mod grants;

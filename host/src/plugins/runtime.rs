@@ -4,14 +4,16 @@
 //! Lifecycle, cheapest first:
 //! 1. [`PluginRuntime::load`] reads the manifest (a parser pass, no compile)
 //!    and resolves the grant. Startup with many plugins costs only this.
-//! 2. The first call to a plugin compiles it (or loads the cached artifact)
-//!    and links an `InstancePre`; both are kept for the process lifetime.
+//! 2. The first call to a plugin (or `chitin plugin install`) compiles it —
+//!    in a child process with CPU and memory limits, see [`super::compile`] —
+//!    or loads the artifact the host cached, and links an `InstancePre`; both
+//!    are kept for the process lifetime. The call's deadline starts after.
 //! 3. Every call: a new `Store` with its own WASI context, limits and
 //!    deadline; instantiate from the `InstancePre` (pooling: microseconds);
 //!    invoke; drop. Nothing survives to the next call.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::Semaphore;
@@ -20,6 +22,7 @@ use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use super::bindings::{ToolPluginPre, WitCallContext, WitToolError};
 use super::cache::{ComponentCache, ContentHash, content_hash};
+use super::compile::{self, Isolation};
 use super::engine::{EpochTicker, TICK, build_engine};
 use super::grants::{Grant, GrantConfig};
 use super::limits::Limits;
@@ -71,7 +74,7 @@ pub struct LoadedPlugin {
     name: Arc<str>,
     hash: ContentHash,
     bytes: Arc<[u8]>,
-    prepared: OnceLock<Result<ToolPluginPre<StoreState>, String>>,
+    prepared: tokio::sync::OnceCell<Result<ToolPluginPre<StoreState>, Arc<PluginError>>>,
 }
 
 impl LoadedPlugin {
@@ -105,6 +108,7 @@ pub struct PluginRuntime {
     cache: ComponentCache,
     workspace: PathBuf,
     limits: Limits,
+    isolation: Isolation,
     slots: Semaphore,
     _ticker: EpochTicker,
 }
@@ -121,9 +125,18 @@ impl PluginRuntime {
             slots: Semaphore::new(config.limits.max_concurrent_calls.max(1) as usize),
             workspace: config.workspace,
             limits: config.limits,
+            isolation: Isolation::InProcess,
             engine,
             linker,
         })
+    }
+
+    /// Compiles components in a child process: `program` (the `chitin`
+    /// binary) run as a compile child under the `[limits]` compile caps. The
+    /// CLI always does this; in-process compiling is for trusted fixtures.
+    pub fn with_compile_child(mut self, program: PathBuf) -> Self {
+        self.isolation = Isolation::Child(program);
+        self
     }
 
     /// The workspace preopened for granted plugins.
@@ -161,32 +174,44 @@ impl PluginRuntime {
             grant,
             grant_notes,
             bytes,
-            prepared: OnceLock::new(),
+            prepared: tokio::sync::OnceCell::new(),
         }
     }
 
     /// Compiles (or loads from cache) and links `plugin`, once. Calls do this
-    /// on demand; callers that want it off the call path invoke it up front.
-    pub fn prepare(&self, plugin: &LoadedPlugin) -> Result<(), PluginError> {
-        self.prepared(plugin).map(|_| ())
+    /// on demand; `chitin plugin install` and callers that want it off the
+    /// call path invoke it up front.
+    pub async fn prepare(&self, plugin: &LoadedPlugin) -> Result<(), PluginError> {
+        self.prepared(plugin).await.map(|_| ())
     }
 
-    fn prepared<'a>(&self, plugin: &'a LoadedPlugin) -> Result<&'a ToolPluginPre<StoreState>, PluginError> {
-        let prepared = plugin.prepared.get_or_init(|| {
-            let started = Instant::now();
-            let (component, hit) = self
-                .cache
-                .load(&self.engine, &plugin.name, &plugin.hash, &plugin.bytes)
-                .map_err(|e| e.to_string())?;
-            let pre = self
-                .linker
-                .instantiate_pre(&component)
-                .and_then(ToolPluginPre::new)
-                .map_err(|e| PluginError::Link { plugin: plugin.name.to_string(), message: format!("{e:#}") }.to_string())?;
-            tracing::debug!(plugin = %plugin.name, cache_hit = hit, ms = started.elapsed().as_secs_f64() * 1e3, "plugin prepared");
-            Ok(pre)
-        });
-        prepared.as_ref().map_err(|message| PluginError::Link { plugin: plugin.name.to_string(), message: message.clone() })
+    async fn prepared<'a>(&self, plugin: &'a LoadedPlugin) -> Result<&'a ToolPluginPre<StoreState>, PluginError> {
+        let prepared = plugin
+            .prepared
+            .get_or_init(|| async {
+                let started = Instant::now();
+                let prepare = async {
+                let (component, hit) = match self.cache.lookup(&self.engine, &plugin.hash) {
+                    Some(component) => (component, true),
+                    None => {
+                        let (component, artifact) =
+                            compile::compile(&self.engine, &self.isolation, &self.limits, &plugin.name, &plugin.bytes).await?;
+                        self.cache.store(&plugin.hash, &artifact);
+                        (component, false)
+                    }
+                };
+                let pre = self
+                    .linker
+                    .instantiate_pre(&component)
+                    .and_then(ToolPluginPre::new)
+                    .map_err(|e| PluginError::Link { plugin: plugin.name.to_string(), message: format!("{e:#}") })?;
+                tracing::debug!(plugin = %plugin.name, cache_hit = hit, ms = started.elapsed().as_secs_f64() * 1e3, "plugin prepared");
+                Ok(pre)
+                };
+                prepare.await.map_err(Arc::new)
+            })
+            .await;
+        prepared.as_ref().map_err(|e| PluginError::Prepare(e.clone()))
     }
 
     /// Runs `tool` of `plugin` with `args_json` in a fresh sandbox. The
@@ -199,9 +224,10 @@ impl PluginRuntime {
         ctx: &CallContext,
         progress: Option<ProgressSink>,
     ) -> Result<String, PluginError> {
-        let pre = self.prepared(plugin)?;
+        let pre = self.prepared(plugin).await?;
         let _slot = self.slots.acquire().await.expect("the call semaphore is never closed");
-        let state = StoreState::new(&plugin.name, &plugin.grant, &self.workspace, &self.limits, progress)?;
+        let read_only = plugin.manifest.tools.iter().any(|t| t.name == tool && t.read_only);
+        let state = StoreState::new(&plugin.name, &plugin.grant, &self.workspace, &self.limits, progress, read_only)?;
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let timeout = self.limits.timeout();
@@ -223,11 +249,12 @@ impl PluginRuntime {
             instance.chitin_plugin_tool().call_invoke(&mut store, tool, args_json, &wit_ctx).await
         };
         let outcome = tokio::time::timeout(timeout + TICK, run).await;
+        store.data().report_dropped_text();
         let failure = |kind: Failure| kind.into_error(&plugin.name, tool, &self.limits);
         match outcome {
             Err(_elapsed) => Err(failure(Failure::Timeout)),
             Ok(Err(trap)) => Err(failure(classify(&trap, store.data()))),
-            Ok(Ok(Err(tool_error))) => Err(guest_error(tool_error)),
+            Ok(Ok(Err(tool_error))) => Err(guest_error(tool_error, &self.limits)),
             Ok(Ok(Ok(text))) if text.len() > self.limits.max_output_bytes() => Err(failure(Failure::OutputTooLarge(text.len()))),
             Ok(Ok(Ok(text))) => Ok(text),
         }
@@ -238,10 +265,16 @@ fn read_manifest(source: &PluginSource, bytes: &[u8]) -> Result<Manifest, Plugin
     Manifest::from_component(bytes).map_err(|e| PluginError::Manifest { plugin: source.to_string(), source: e })
 }
 
+/// Bytes of a plugin's own error text passed on (to the model, the session,
+/// the terminal): enough for any useful message, never a flood.
+pub const MAX_ERROR_BYTES: usize = 16 * 1024;
+
 /// Why a call failed, before it is worded.
 enum Failure {
     Timeout,
     OutOfMemory,
+    Resources,
+    Exited(i32),
     StackOverflow,
     Panicked(String),
     Trap(String),
@@ -254,6 +287,8 @@ impl Failure {
         match self {
             Failure::Timeout => PluginError::Timeout { plugin, tool, limit_ms: limits.timeout_ms },
             Failure::OutOfMemory => PluginError::OutOfMemory { plugin, tool, limit_mb: limits.memory_mb },
+            Failure::Resources => PluginError::TooManyResources { plugin, tool, limit: limits.max_resources },
+            Failure::Exited(code) => PluginError::Exited { plugin, tool, code },
             Failure::StackOverflow => PluginError::StackOverflow { plugin, tool },
             Failure::Panicked(message) => PluginError::Panicked { plugin, tool, message },
             Failure::Trap(message) => PluginError::Trap { plugin, tool, message },
@@ -267,6 +302,12 @@ impl Failure {
 fn classify(error: &wasmtime::Error, state: &StoreState) -> Failure {
     if state.limiter.memory_exhausted {
         return Failure::OutOfMemory;
+    }
+    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return Failure::Exited(exit.0);
+    }
+    if error.chain().any(|e| matches!(e.downcast_ref::<wasmtime::component::ResourceTableError>(), Some(wasmtime::component::ResourceTableError::Full))) {
+        return Failure::Resources;
     }
     let stderr = state.stderr.text();
     match error.downcast_ref::<Trap>() {
@@ -290,20 +331,25 @@ fn panic_message(stderr: &str) -> String {
     let location = lines.next().unwrap_or_default().trim_start_matches("panicked at ").trim_end_matches(':');
     let message: Vec<&str> = lines.take_while(|l| !l.starts_with("note:")).collect();
     let message = message.join("\n");
-    if message.trim().is_empty() { location.to_string() } else { format!("{} (at {location})", message.trim()) }
+    let text = if message.trim().is_empty() { location.to_string() } else { format!("{} (at {location})", message.trim()) };
+    crate::text::clip_for_terminal(&text, MAX_ERROR_BYTES, "panic message")
 }
 
 fn with_stderr(message: String, stderr: &str) -> String {
     let tail = stderr.trim();
-    if tail.is_empty() { message } else { format!("{message}; stderr: {}", tail.chars().take(500).collect::<String>()) }
+    if tail.is_empty() { message } else { format!("{message}; stderr: {}", crate::text::clip_for_terminal(tail, 500, "stderr")) }
 }
 
-fn guest_error(error: WitToolError) -> PluginError {
+/// The guest's own error, cut to [`MAX_ERROR_BYTES`] (and the output cap)
+/// with a marker, and made safe to show.
+fn guest_error(error: WitToolError, limits: &Limits) -> PluginError {
     let (kind, message) = match error {
         WitToolError::UnknownTool(m) => (ToolFailure::UnknownTool, m),
         WitToolError::InvalidArgs(m) => (ToolFailure::InvalidArgs, m),
         WitToolError::Failed(m) => (ToolFailure::Failed, m),
         WitToolError::Denied(m) => (ToolFailure::Denied, m),
     };
+    let cap = MAX_ERROR_BYTES.min(limits.max_output_bytes());
+    let message = crate::text::clip_for_terminal(&message, cap, "error");
     PluginError::Tool { kind, message }
 }

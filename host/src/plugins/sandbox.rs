@@ -5,11 +5,28 @@
 //! the call's [`Grant`] adds to it. Each capability reaches its own field
 //! through a small view (`WasiView`, `WasiHttpView`, the `host` interface), so
 //! none sees the others.
+//!
+//! What a guest makes the *host* hold is bounded per call too, because it
+//! lives outside the guest's `memory_mb`:
+//! - resource-table entries (open files, streams, HTTP requests and header
+//!   maps, pollables): `[limits] max_resources`; past it the call traps with
+//!   a named error;
+//! - bytes per `wasi:http` header map: `[limits] max_header_kb` (so header
+//!   memory is at most `max_resources × max_header_kb`);
+//! - outgoing HTTP requests in flight: `[limits] max_http_requests`;
+//! - text through `host.progress` and `host.log`: a byte budget per call, a
+//!   cap per line, a rate for progress, and control characters escaped
+//!   before any of it reaches a terminal or a channel.
+//!
+//! A guest that opens a FIFO, socket or device in the workspace is refused at
+//! `open-at` ([`add_to_linker`]): opening a FIFO blocks the host thread that
+//! does it until a writer appears, which may be never.
 
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
@@ -29,8 +46,20 @@ pub type ProgressSink = Arc<dyn Fn(&str) + Send + Sync>;
 /// Stderr kept per call: enough for a panic message and a backtrace line.
 const STDERR_CAPTURE: usize = 16 * 1024;
 
-/// Log lines a call may emit before the rest are dropped.
+/// Log lines a call may emit, and their bytes together.
 const LOG_LINES_PER_CALL: u32 = 200;
+const LOG_BYTES_PER_CALL: usize = 64 * 1024;
+
+/// Progress texts a call may send, and their bytes together.
+const PROGRESS_PER_CALL: u32 = 200;
+const PROGRESS_BYTES_PER_CALL: usize = 64 * 1024;
+
+/// Bytes of one log line or progress text; the rest is cut with a marker.
+const LINE_BYTES: usize = 1024;
+
+/// At most one progress text per this interval is passed on; the ones in
+/// between are dropped, so a plugin cannot flood a terminal or a chat.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The data of one call's `Store`.
 pub struct StoreState {
@@ -49,17 +78,48 @@ pub struct StoreState {
 struct HostState {
     plugin: Arc<str>,
     progress: Option<ProgressSink>,
-    log_budget: u32,
+    log: Budget,
+    progress_budget: Budget,
+    last_progress: Option<Instant>,
+}
+
+/// What is left of one kind of text a call may send to the host.
+struct Budget {
+    lines: u32,
+    bytes: usize,
+    dropped: u32,
+}
+
+impl Budget {
+    fn new(lines: u32, bytes: usize) -> Self {
+        Budget { lines, bytes, dropped: 0 }
+    }
+
+    /// `text` clipped to a line and made safe to show, if the budget still
+    /// has room for it; `None` (counted as dropped) otherwise.
+    fn take(&mut self, text: &str) -> Option<String> {
+        if self.lines == 0 || self.bytes == 0 {
+            self.dropped += 1;
+            return None;
+        }
+        let line = crate::text::clip_for_terminal(text, LINE_BYTES.min(self.bytes), "line");
+        self.lines -= 1;
+        self.bytes = self.bytes.saturating_sub(line.len());
+        Some(line)
+    }
 }
 
 impl StoreState {
-    /// Builds the sandbox of one call to `plugin` under `grant`.
+    /// Builds the sandbox of one call to `plugin` under `grant`. `read_only`
+    /// is the called tool's declaration: such a call gets the workspace
+    /// read-only whatever the grant, so the flag cannot lie.
     pub fn new(
         plugin: &Arc<str>,
         grant: &Grant,
         workspace: &Path,
         limits: &Limits,
         progress: Option<ProgressSink>,
+        read_only: bool,
     ) -> Result<StoreState, PluginError> {
         let stderr = CapturedOutput::new(STDERR_CAPTURE);
         let mut wasi = WasiCtxBuilder::new();
@@ -67,6 +127,7 @@ impl StoreState {
         let perms = match grant.workspace {
             WorkspaceAccess::None => None,
             WorkspaceAccess::Read => Some(FsPerms::ReadOnly),
+            WorkspaceAccess::ReadWrite if read_only => Some(FsPerms::ReadOnly),
             WorkspaceAccess::ReadWrite => Some(FsPerms::ReadWrite),
         };
         if let Some(perms) = perms {
@@ -76,15 +137,39 @@ impl StoreState {
                 message: format!("{e:#}"),
             })?;
         }
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limits.max_resources as usize);
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit((limits.max_header_kb as usize) << 10);
         Ok(StoreState {
             wasi: wasi.build(),
-            table: ResourceTable::new(),
-            http: WasiHttpCtx::new(),
-            http_policy: HttpPolicy::new(plugin.clone(), grant.network.clone()),
+            table,
+            http,
+            http_policy: HttpPolicy::new(plugin.clone(), grant.network.clone(), limits.max_http_requests),
             limiter: CallLimiter::new(limits),
-            host: HostState { plugin: plugin.clone(), progress, log_budget: LOG_LINES_PER_CALL },
+            host: HostState {
+                plugin: plugin.clone(),
+                progress,
+                log: Budget::new(LOG_LINES_PER_CALL, LOG_BYTES_PER_CALL),
+                progress_budget: Budget::new(PROGRESS_PER_CALL, PROGRESS_BYTES_PER_CALL),
+                last_progress: None,
+            },
             stderr,
         })
+    }
+
+    /// Says once, at the end of a call, how much of the plugin's text was
+    /// dropped: in the log, and to the progress sink.
+    pub fn report_dropped_text(&self) {
+        let host = &self.host;
+        if host.log.dropped > 0 {
+            tracing::warn!(plugin = &*host.plugin, dropped = host.log.dropped, "plugin log budget exhausted; lines dropped");
+        }
+        if host.progress_budget.dropped > 0
+            && let Some(sink) = &host.progress
+        {
+            sink(&format!("[progress cut: {} updates dropped]", host.progress_budget.dropped));
+        }
     }
 }
 
@@ -105,10 +190,7 @@ impl bindings::chitin::plugin::types::Host for StoreState {}
 impl bindings::chitin::plugin::host::Host for StoreState {
     fn log(&mut self, level: LogLevel, message: String) {
         let host = &mut self.host;
-        if host.log_budget == 0 {
-            return;
-        }
-        host.log_budget -= 1;
+        let Some(message) = host.log.take(&message) else { return };
         let plugin = &*host.plugin;
         match level {
             LogLevel::Trace => tracing::trace!(plugin, "{message}"),
@@ -120,8 +202,16 @@ impl bindings::chitin::plugin::host::Host for StoreState {
     }
 
     fn progress(&mut self, text: String) {
-        if let Some(sink) = &self.host.progress {
-            sink(&text);
+        let host = &mut self.host;
+        let Some(sink) = &host.progress else { return };
+        let now = Instant::now();
+        if host.last_progress.is_some_and(|last| now.duration_since(last) < PROGRESS_INTERVAL) {
+            host.progress_budget.dropped += 1;
+            return;
+        }
+        if let Some(line) = host.progress_budget.take(&text) {
+            host.last_progress = Some(now);
+            sink(&line);
         }
     }
 }
@@ -135,6 +225,47 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
     bindings::chitin::plugin::host::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
+    guard_open_at(linker)
+}
+
+/// The WASI filesystem version wasmtime-wasi links (components importing any
+/// 0.2.x resolve to it).
+const WASI_FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
+
+/// Replaces `descriptor.open-at` with one that refuses anything but a
+/// directory or a regular file before opening it. Only host-side actors can
+/// put a FIFO or device in the workspace (WASI cannot make one), but opening
+/// a FIFO blocks the host thread that does it until a writer appears, and a
+/// call's timeout cannot unblock a thread: the process would never exit.
+fn guard_open_at(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
+    use wasmtime::component::Resource;
+    use wasmtime_wasi::filesystem::WasiFilesystemView;
+    use wasmtime_wasi::p2::bindings::filesystem::types::{
+        self as fs, Descriptor, DescriptorFlags, DescriptorType, HostDescriptor, OpenFlags, PathFlags,
+    };
+    type Args = (Resource<Descriptor>, PathFlags, String, OpenFlags, DescriptorFlags);
+    linker.allow_shadowing(true);
+    let mut types = linker.instance(WASI_FILESYSTEM_TYPES)?;
+    types.func_wrap_async("[method]descriptor.open-at", |mut store, (fd, path_flags, path, oflags, flags): Args| {
+        Box::new(async move {
+            let state: &mut StoreState = store.data_mut();
+            let probe = Resource::<Descriptor>::new_borrow(fd.rep());
+            // Probe whatever exists at the path, following links as the open
+            // would (`create` on an existing FIFO still opens the FIFO).
+            if let Ok(stat) = state.filesystem().stat_at(probe, path_flags, path.clone()).await
+                && !matches!(stat.type_, DescriptorType::Directory | DescriptorType::RegularFile | DescriptorType::SymbolicLink)
+            {
+                tracing::warn!(plugin = &*state.host.plugin, %path, kind = ?stat.type_, "refused to open a special file in the workspace");
+                return Ok((Err(fs::ErrorCode::Access),));
+            }
+            let mut fs_view = state.filesystem();
+            match fs_view.open_at(fd, path_flags, path, oflags, flags).await {
+                Ok(opened) => Ok((Ok(opened),)),
+                Err(e) => Ok((Err(fs::Host::convert_error_code(&mut fs_view, e)?),)),
+            }
+        })
+    })?;
+    linker.allow_shadowing(false);
     Ok(())
 }
 

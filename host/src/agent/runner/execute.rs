@@ -126,8 +126,10 @@ fn save_if_oversized(spec: &AgentRunSpec, call: &ToolCall, text: String) -> Stri
     let dir_rel = Path::new(".chitin").join("tool-results").join(crate::session::encode_key(&spec.call_context.session_key));
     let file_rel = dir_rel.join(format!("{}.txt", crate::session::encode_key(&call.id)));
     let preview: String = text.chars().take(PREVIEW_CHARS).collect();
-    let saved = std::fs::create_dir_all(spec.workspace.join(&dir_rel)).and_then(|_| std::fs::write(spec.workspace.join(&file_rel), &text));
-    match saved {
+    // Through the workspace handle: a plugin may have planted a symlink or a
+    // FIFO at this path to make the host write outside; that is refused and
+    // the result is shown truncated instead.
+    match spec.workspace.write(&file_rel, text.as_bytes()) {
         Ok(()) => format!(
             "[The result is {chars} characters, too long to show in full. It is saved at `{}` in the workspace; read parts of it with read_file if you need more.]\n\nPreview:\n{preview}",
             file_rel.display()

@@ -1,7 +1,6 @@
 //! What a run is given (`AgentRunSpec`) and what it returns
 //! (`AgentRunResult`), plus the hook and checkpoint types (spec §5).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,7 +41,7 @@ pub struct AgentRunSpec {
     /// Observers; a failing hook is logged, never fatal.
     pub hooks: Vec<Arc<dyn AgentHook>>,
     /// Where oversized tool results are saved.
-    pub workspace: PathBuf,
+    pub workspace: crate::workspace::Workspace,
     /// Identifies the conversation to plugins.
     pub call_context: CallContext,
     /// Receives each checkpoint; the turn persists it.

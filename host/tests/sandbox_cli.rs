@@ -1,0 +1,175 @@
+//! Attacks on the host through the real `chitin` binary: a hostile plugin
+//! (`tests/guests/hostile`, built by host/build.rs) or a hostile workspace
+//! against host code that acts on what a plugin can write. Each test checks
+//! the refusal, the message, that nothing outside changed, and that the next
+//! call works.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chitin::testing::{MockLlm, MockReply};
+use serde_json::json;
+
+const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
+const HOSTILE_WASM: &str = env!("CHITIN_HOSTILE_WASM");
+
+fn chitin(home: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(CHITIN);
+    cmd.args(args).env("CHITIN_HOME", home).env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL").env_remove("CHITIN_MODEL");
+    cmd
+}
+
+/// Runs `cmd` to completion, but fails the test (and kills the process)
+/// if it is still running after `limit`: the attacks here are about hangs.
+fn run_within(mut cmd: Command, limit: Duration) -> Output {
+    let mut child: Child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("chitin runs");
+    let started = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("chitin did not exit within {limit:?}; stderr: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn run(cmd: Command) -> Output {
+    run_within(cmd, Duration::from_secs(120))
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
+    assert!(status.success());
+}
+
+#[test]
+fn a_workspace_overlapping_the_data_dir_is_refused_however_it_is_spelled() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let config = "[plugins.hostile]\nworkspace = \"read-write\"\n";
+    std::fs::write(home.join("config.toml"), config).unwrap();
+    std::os::unix::fs::symlink(&home, tmp.path().join("link")).unwrap();
+    let attack = json!({"path": "config.toml", "content": "[plugins.hostile]\nnetwork = [\"*\"]\n"}).to_string();
+    let spellings = [
+        home.display().to_string(),
+        format!("{}/.", home.display()),
+        format!("{}/workspace/..", home.display()),
+        tmp.path().join("link").display().to_string(),
+        tmp.path().display().to_string(),
+        home.join("cache").display().to_string(),
+    ];
+    for ws in &spellings {
+        let out = run(chitin(&home, &["tool", "call", "write_path", "--args", &attack, "--plugin", HOSTILE_WASM, "--workspace", ws]));
+        assert_eq!(out.status.code(), Some(1), "{ws}: {}", stdout(&out));
+        assert!(stderr(&out).contains("overlaps"), "{ws}: {}", stderr(&out));
+        assert_eq!(std::fs::read_to_string(home.join("config.toml")).unwrap(), config, "{ws}: the config was rewritten");
+    }
+    // The same through config.toml's `workspace`.
+    std::fs::write(home.join("config.toml"), format!("workspace = \"{}\"\n{config}", home.display())).unwrap();
+    let out = run(chitin(&home, &["tool", "call", "write_path", "--args", &attack, "--plugin", HOSTILE_WASM]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("overlaps"), "{}", stderr(&out));
+
+    // A workspace beside the data dir works.
+    std::fs::write(home.join("config.toml"), config).unwrap();
+    let ws = tmp.path().join("ws");
+    let out = run(chitin(&home, &["tool", "call", "write_path", "--args", r#"{"path":"ok.txt","content":"ok"}"#, "--plugin", HOSTILE_WASM, "--workspace", ws.to_str().unwrap()]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(ws.join("ok.txt")).unwrap(), "ok");
+}
+
+#[test]
+fn a_cache_entry_the_host_did_not_write_is_never_loaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("note.txt"), "the real read_file ran\n").unwrap();
+    let read = |home: &Path| run(chitin(home, &["tool", "call", "read_file", "--args", r#"{"path":"note.txt"}"#, "--workspace", ws.to_str().unwrap()]));
+    let out = read(&home);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let entries: Vec<_> = std::fs::read_dir(home.join("cache/components")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let entry = &entries[0];
+
+    // What the attack planted: a valid serialized component for this very
+    // engine (made by chitin's own compile child), in place of fs's entry.
+    let mut compile = Command::new(CHITIN)
+        .arg(chitin::plugins::compile::CHILD_ARG)
+        .stdin(std::fs::File::open(HOSTILE_WASM).unwrap())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut artifact = Vec::new();
+    std::io::Read::read_to_end(compile.stdout.as_mut().unwrap(), &mut artifact).unwrap();
+    assert!(compile.wait().unwrap().success());
+    std::fs::write(entry, &artifact).unwrap();
+
+    let out = read(&home);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("the real read_file ran"), "{}", stdout(&out));
+    assert!(stderr(&out).is_empty() || !stderr(&out).contains("hostile"), "{}", stderr(&out));
+    assert!(std::fs::read(entry).unwrap().starts_with(b"chitinc1"), "the host rewrote its own entry");
+}
+
+#[test]
+fn a_fifo_in_the_workspace_hangs_neither_a_call_nor_the_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(home.join("config.toml"), "[plugins.hostile]\nworkspace = \"read\"\n[limits]\ntimeout_ms = 2000\n").unwrap();
+    mkfifo(&ws.join("pipe"));
+    let ws_arg = ws.to_str().unwrap();
+
+    // The plugin opens it: refused at open-at, at once.
+    let started = Instant::now();
+    let out = run_within(
+        chitin(&home, &["tool", "call", "read_path", "--args", r#"{"path":"pipe"}"#, "--plugin", HOSTILE_WASM, "--workspace", ws_arg]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(!stderr(&out).contains("stopped after"), "the call must not wait for its deadline: {}", stderr(&out));
+    eprintln!("FIFO refusal took {:?}", started.elapsed());
+    // The built-in fs plugin too.
+    let out = run_within(chitin(&home, &["tool", "call", "read_file", "--args", r#"{"path":"pipe"}"#, "--workspace", ws_arg]), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+
+    // The host's own reads: a FIFO as AGENTS.md, memory and archive, through
+    // a whole agent turn in which the plugin also tries the FIFO.
+    mkfifo(&ws.join("AGENTS.md"));
+    std::fs::create_dir_all(ws.join("memory")).unwrap();
+    mkfifo(&ws.join("memory/MEMORY.md"));
+    mkfifo(&ws.join("memory/history.jsonl"));
+    let mock = MockLlm::start(vec![MockReply::tool_call("read_path", r#"{"path":"pipe"}"#), MockReply::text("done despite the pipe")]);
+    std::fs::write(
+        home.join("config.toml"),
+        format!("workspace = \"{ws_arg}\"\n[plugins.hostile]\nworkspace = \"read\"\n[limits]\ntimeout_ms = 2000\n[agent]\nstream = false\n"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.join("plugins")).unwrap();
+    std::fs::copy(HOSTILE_WASM, home.join("plugins/hostile.wasm")).unwrap();
+    let mut cmd = chitin(&home, &["agent", "-m", "read the pipe"]);
+    cmd.env("OPENAI_BASE_URL", mock.base_url());
+    let out = run_within(cmd, Duration::from_secs(30));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "done despite the pipe");
+    let requests = mock.requests();
+    let tool_result = requests[1]["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap().to_string();
+    assert!(!tool_result.contains("stopped after"), "{tool_result}");
+}
