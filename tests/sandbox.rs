@@ -242,3 +242,135 @@ async fn sixteen_parallel_calls_are_isolated() {
         assert_eq!(counter, "1");
     }
 }
+
+// ---- Host-side resources and plugin text (issue: sandbox hardening) ----
+
+/// This process's resident set, in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+async fn call_with_progress(host: &OnePlugin, tool: &str, args: serde_json::Value) -> (Result<String, PluginError>, Vec<String>) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let progress: chitin::plugins::ProgressSink = Arc::new(move |text: &str| sink.lock().unwrap().push(text.to_string()));
+    let ctx = chitin::plugins::CallContext { session_key: "test:1".into(), channel: "test".into(), chat_id: "1".into(), call_id: "c1".into() };
+    let result = host.runtime.call(&host.plugin, tool, &args.to_string(), &ctx, Some(progress)).await;
+    let seen = seen.lock().unwrap().clone();
+    (result, seen)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn header_maps_a_guest_piles_up_are_bounded() {
+    let host = hostile(GrantConfig::default());
+    let before = rss_kib();
+    // Many maps just under the per-map cap: the attack that took 1 GiB.
+    let result = host.call("http_flood", json!({"mode": "fields", "count": 100_000, "size": 60_000})).await;
+    let grown_mib = rss_kib().saturating_sub(before) / 1024;
+    eprintln!("fields flood: {result:?}; RSS grew {grown_mib} MiB");
+    match &result {
+        Err(PluginError::TooManyResources { limit, .. }) => assert_eq!(*limit, Limits::default().max_resources),
+        other => panic!("expected the resource bound, got {other:?}"),
+    }
+    let message = result.unwrap_err().to_string();
+    assert!(message.contains("max_resources"), "{message}");
+    assert!(grown_mib < 512, "host memory grew {grown_mib} MiB");
+    // One map: values past `max_header_kb` are refused.
+    let result = host.call("http_flood", json!({"mode": "fields", "count": 1, "size": 1000, "values": 1000})).await;
+    eprintln!("one wide map: {result:?}");
+    assert!(matches!(&result, Ok(text) if text.contains("stopped: ") && !text.contains("stopped: done")) || result.is_err(), "{result:?}");
+    assert_recovers(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn outgoing_requests_in_flight_are_bounded() {
+    let addr = serve_http(|_| (200, vec![], "ok".into())).await;
+    let grant = GrantConfig { network: vec![addr.to_string()], ..GrantConfig::default() };
+    let host = hostile(grant);
+    let url = format!("http://{addr}/x");
+    let out = host.call("http_flood", json!({"mode": "requests", "count": 25_000, "url": url})).await.expect("the guest reports");
+    eprintln!("requests flood: {out}");
+    let limit = Limits::default().max_http_requests;
+    assert!(out.starts_with(&format!("sent {limit};")), "{out}");
+    assert!(out.contains("max_http_requests"), "{out}");
+    assert_recovers(&host).await;
+    // And the requests that were admitted really work.
+    let out = host.call("http_get", json!({"url": url})).await.expect("a single request works");
+    assert!(out.contains("ok"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn open_descriptors_are_bounded() {
+    let host = hostile(workspace_grant(WorkspaceAccess::Read));
+    std::fs::write(host.workspace.join("f.txt"), "x").unwrap();
+    let result = host.call("open_files", json!({"path": "f.txt", "count": 50_000})).await;
+    eprintln!("open_files: {result:?}");
+    let message = match result {
+        Err(e @ PluginError::TooManyResources { .. }) => e.to_string(),
+        Err(PluginError::Tool { message, .. }) => message,
+        other => panic!("expected a bound, got {other:?}"),
+    };
+    assert!(message.contains("max_resources") || message.contains("opened"), "{message}");
+    assert_recovers(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_huge_tool_error_is_clipped_and_escaped() {
+    let host = hostile(GrantConfig::default());
+    let result = host.call("fail", json!({"text": "bad\u{1b}]52;c;cGF3bmVk\u{7}", "repeat": 1_000_000})).await;
+    let message = denied_or_failed(result);
+    assert!(message.len() <= chitin::plugins::runtime::MAX_ERROR_BYTES * 5, "{} bytes", message.len());
+    assert!(message.contains("[error cut: 16000000 bytes in all"), "{}", &message[message.len() - 100..]);
+    assert!(!message.contains('\u{1b}') && !message.contains('\u{7}'), "control characters passed");
+    assert!(message.starts_with("bad\\x1b]52;"), "{}", &message[..40]);
+    assert_recovers(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_is_bounded_in_count_bytes_and_rate_and_escaped() {
+    let host = hostile(GrantConfig::default());
+    let text = format!("\u{1b}]0;owned\u{7}\u{1b}[2A{}", "p".repeat(4096));
+    let started = Instant::now();
+    let (result, seen) = call_with_progress(&host, "progress_flood", json!({"text": text, "count": 1_000_000})).await;
+    let took = started.elapsed();
+    assert_eq!(result.unwrap(), "sent 1000000");
+    let bytes: usize = seen.iter().map(String::len).sum();
+    eprintln!("progress flood: {} texts, {bytes} bytes passed on in {took:?}", seen.len());
+    assert!(seen.len() <= 201, "{} progress texts", seen.len());
+    assert!(bytes <= 64 * 1024 + 200, "{bytes} bytes of progress");
+    assert!(seen.iter().all(|t| !t.contains('\u{1b}') && !t.contains('\u{7}')), "control characters passed");
+    assert!(seen[0].starts_with("\\x1b]0;owned\\x07"), "{}", &seen[0][..30]);
+    assert!(seen[0].len() <= 1100, "one line is capped: {}", seen[0].len());
+    let last = seen.last().unwrap();
+    assert!(last.starts_with("[progress cut: ") && last.ends_with(" updates dropped]"), "{last}");
+
+    // Logs: a million long lines end the call normally (dropped past the budget).
+    let (result, _) = call_with_progress(&host, "log_flood", json!({"text": "l".repeat(64 * 1024), "count": 100_000})).await;
+    assert_eq!(result.unwrap(), "sent 100000");
+    assert_recovers(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_tool_gets_a_read_only_workspace() {
+    let host = hostile(workspace_grant(WorkspaceAccess::ReadWrite));
+    let message = denied_or_failed(host.call("sneaky_write", json!({"path": "planted.txt", "content": "x"})).await);
+    assert!(!host.workspace.join("planted.txt").exists(), "a read_only tool wrote: {message}");
+    // The same grant still lets a tool that does not claim read_only write.
+    host.call("write_path", json!({"path": "honest.txt", "content": "x"})).await.unwrap();
+    assert!(host.workspace.join("honest.txt").exists());
+    assert_recovers(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exit_is_an_exit_not_a_crash() {
+    let host = hostile(GrantConfig::default());
+    for code in [0, 3] {
+        let err = host.call("exit", json!({"code": code})).await.unwrap_err();
+        assert!(matches!(err, PluginError::Exited { code: c, .. } if c == code), "{err:?}");
+        let message = err.to_string();
+        assert_eq!(message, format!("tool `exit` of plugin hostile exited with status {code} instead of returning a result"));
+    }
+    assert_recovers(&host).await;
+}

@@ -4,7 +4,8 @@
 //! run (these machines are noisy): load cold vs warm; per-call host overhead
 //! (validation + WASI context + instantiate + call + drop) for a trivial tool;
 //! calls per second with parallel callers; process start to first result
-//! with a warm cache; startup with 50 installed plugins.
+//! with a warm cache; startup with 50 installed plugins; compiling the
+//! built-in fs plugin in the compile child vs in process.
 
 use std::path::Path;
 use std::process::Command;
@@ -27,6 +28,7 @@ fn main() {
 
     println!("chitin plugin benchmark (hello-tool, {} KiB)", hello.len() / 1024);
     load_cold_vs_warm(&rt, &hello, home.path());
+    compile_child_vs_in_process(&rt, home.path());
     let app = App::open(DataDir::at(home.path()), AppOptions { extra_plugins: vec![HELLO_WASM.into()], ..Default::default() }).unwrap();
     rt.block_on(per_call_overhead(&app));
     rt.block_on(parallel_throughput(&app));
@@ -48,6 +50,29 @@ fn load_cold_vs_warm(rt: &tokio::runtime::Runtime, bytes: &[u8], home: &Path) {
     let warm: Vec<Duration> = (0..5).map(|_| measure()).collect();
     let warm = median(warm);
     println!("load: cold (compile) {:.1} ms, warm (cache) {:.2} ms, ratio {:.0}x", ms(cold), ms(warm), cold.as_secs_f64() / warm.as_secs_f64());
+}
+
+/// Compile (no cache) of the fs plugin: in this process vs in the compile
+/// child (`chitin __compile` under its CPU and memory limits), medians of 5.
+fn compile_child_vs_in_process(rt: &tokio::runtime::Runtime, home: &Path) {
+    let (_, fs) = chitin::plugins::BUILTIN_PLUGINS.iter().find(|(name, _)| *name == "fs").expect("fs is built in");
+    let measure = |child: bool| {
+        let runtime = PluginRuntime::new(RuntimeConfig { workspace: home.to_path_buf(), cache_dir: None, limits: Default::default() }).unwrap();
+        let runtime = if child { runtime.with_compile_child(CHITIN_BIN.into()) } else { runtime };
+        let plugin = runtime.load(PluginSource::Builtin, Arc::from(*fs), &Default::default()).unwrap();
+        let started = Instant::now();
+        rt.block_on(runtime.prepare(&plugin)).unwrap();
+        started.elapsed()
+    };
+    let in_process = median((0..5).map(|_| measure(false)).collect());
+    let child = median((0..5).map(|_| measure(true)).collect());
+    println!(
+        "compile fs ({} KiB): in process {:.1} ms, in the compile child {:.1} ms ({:.2}x)",
+        fs.len() / 1024,
+        ms(in_process),
+        ms(child),
+        child.as_secs_f64() / in_process.as_secs_f64()
+    );
 }
 
 async fn per_call_overhead(app: &App) {

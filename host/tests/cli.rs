@@ -13,8 +13,15 @@ use serde_json::{Value, json};
 const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
 const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
 
+/// The binary under test. `CHITIN_TEST_BIN` overrides it: with a target
+/// dir shared by several checkouts, `target/release/chitin` is whichever
+/// checkout linked last, so a run can point at its own copy.
+fn chitin_bin() -> String {
+    std::env::var("CHITIN_TEST_BIN").unwrap_or_else(|_| CHITIN.to_string())
+}
+
 fn chitin(home: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(CHITIN);
+    let mut cmd = Command::new(chitin_bin());
     cmd.args(args).env("CHITIN_HOME", home).env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL").env_remove("CHITIN_MODEL");
     cmd
 }

@@ -173,3 +173,34 @@ fn a_fifo_in_the_workspace_hangs_neither_a_call_nor_the_process() {
     let tool_result = requests[1]["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap().to_string();
     assert!(!tool_result.contains("stopped after"), "{tool_result}");
 }
+
+#[test]
+fn a_compile_bomb_is_stopped_in_the_compile_child_and_the_host_carries_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(home.join("config.toml"), "[limits]\ncompile_cpu_secs = 2\ntimeout_ms = 1000\n").unwrap();
+    let ws_arg = ws.to_str().unwrap();
+    let (locals, depth) = chitin::testing::bomb::BOMB_HUGE;
+    let bomb = tmp.path().join("bomb.wasm");
+    std::fs::write(&bomb, chitin::testing::bomb::compile_bomb(locals, depth)).unwrap();
+
+    let started = Instant::now();
+    let out = run_within(chitin(&home, &["tool", "call", "boom", "--plugin", bomb.to_str().unwrap(), "--workspace", ws_arg]), Duration::from_secs(60));
+    eprintln!("bomb stopped after {:?}", started.elapsed());
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stderr(&out).contains("more than 2 s of CPU") && stderr(&out).contains("compile_cpu_secs"), "{}", stderr(&out));
+    // Nothing of it was cached; the other plugins work in the same setup.
+    let cached = std::fs::read_dir(home.join("cache/components")).map(|d| d.count()).unwrap_or(0);
+    let out = run(chitin(&home, &["tool", "call", "list_dir", "--args", "{}", "--plugin", bomb.to_str().unwrap(), "--workspace", ws_arg]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(home.join("cache/components")).unwrap().count(), cached + 1, "only fs was cached");
+
+    // Past the locals cap it is refused before any compiling.
+    std::fs::write(&bomb, chitin::testing::bomb::compile_bomb(chitin::plugins::compile::MAX_FUNCTION_LOCALS + 1, 2)).unwrap();
+    let out = run_within(chitin(&home, &["tool", "call", "boom", "--plugin", bomb.to_str().unwrap(), "--workspace", ws_arg]), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("plugin bomb is refused: function 1 declares 5001 locals (at most 5000)"), "{}", stderr(&out));
+}

@@ -1,6 +1,7 @@
 //! Shared harness for chitin's integration tests: guest component paths, a
-//! one-plugin host, a whole agent over a mock LLM ([`agent`]), and a tiny
-//! HTTP server on 127.0.0.1.
+//! one-plugin host, a whole agent over a mock LLM ([`agent`]), a tiny
+//! HTTP server on 127.0.0.1, and attack material the Rust guest cannot
+//! express: a compile bomb ([`compile_bomb`]) and a FIFO ([`make_fifo`]).
 
 pub mod agent;
 
@@ -113,4 +114,41 @@ pub async fn serve_http(
         }
     });
     addr
+}
+
+pub use chitin::testing::bomb::{BOMB_HUGE, BOMB_SMALL, compile_bomb};
+
+/// Makes a FIFO (named pipe) at `path`: opening it for reading blocks until
+/// a writer comes, which never happens.
+pub fn make_fifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap_or_else(|e| panic!("running mkfifo {}: {e}", path.display()));
+    assert!(status.success(), "mkfifo {} failed: {status}", path.display());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compile_bombs_carry_a_valid_manifest() {
+        for (locals, depth) in [(10, 2), BOMB_SMALL, BOMB_HUGE] {
+            let bomb = compile_bomb(locals, depth);
+            let manifest = chitin::plugins::Manifest::from_component(&bomb).expect("the bomb's manifest parses");
+            assert_eq!(manifest.name, "bomb");
+            assert_eq!(manifest.tools[0].name, "boom");
+            assert!(chitin::plugins::manifest::is_component(&bomb));
+        }
+    }
+
+    #[test]
+    fn make_fifo_makes_a_fifo() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pipe");
+        make_fifo(&path);
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_fifo());
+    }
 }

@@ -38,9 +38,10 @@ pub fn build_components(packages: &[&str]) -> Vec<PathBuf> {
         .arg(root.join("Cargo.toml"));
     for package in packages {
         cmd.args(["-p", package]);
+        // The whole package: sources, Cargo.toml, and files they embed
+        // (a guest's `manifest.json`).
         let dir = package_dir(&root, package);
-        println!("cargo:rerun-if-changed={}", dir.join("src").display());
-        println!("cargo:rerun-if-changed={}", dir.join("Cargo.toml").display());
+        println!("cargo:rerun-if-changed={}", dir.display());
     }
     // Flags meant for the outer (native) build must not leak into this one.
     for var in ["CARGO_ENCODED_RUSTFLAGS", "RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTC_WORKSPACE_WRAPPER"] {

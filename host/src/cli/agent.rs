@@ -2,6 +2,8 @@
 //!
 //! The reply goes to stdout; progress and tool hints go to stderr behind a
 //! spinner, so `chitin agent -m ... > answer.txt` captures only the answer.
+//! Everything shown is the model's text (replies, tool names and arguments,
+//! errors that quote tools): control characters are shown as escapes.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -20,9 +22,13 @@ use chitin::bus::MessageBus;
 use chitin::config::DataDir;
 use chitin::session::ToolCall;
 
+use super::{for_terminal, shown};
+
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// Send this message and print the reply (otherwise: interactive chat).
+    /// Control characters in the reply, tool hints and errors are shown as
+    /// escapes (`\x1b`), on a terminal or not.
     #[arg(short, long)]
     message: Option<String>,
     /// Session name; messages of one session share history.
@@ -53,11 +59,32 @@ impl Progress {
     }
 }
 
+impl Progress {
+    /// A line above the spinner; straight to stderr when there is no
+    /// spinner (stderr is not a terminal: indicatif would drop the line).
+    fn line(&self, text: &str) {
+        if self.spinner.is_hidden() {
+            errln!("{text}");
+        } else {
+            self.spinner.println(text);
+        }
+    }
+}
+
+/// Longest part of a tool call's arguments shown in its hint, in characters.
+const HINT_ARGS: usize = 80;
+
 impl AgentHook for Progress {
     fn before_tool(&self, call: &ToolCall) -> Result<(), String> {
-        let args: String = call.function.arguments.chars().take(80).collect();
-        self.spinner.println(format!("  ↳ {}({args})", call.function.name));
-        self.spinner.set_message(format!("running {}…", call.function.name));
+        // The name and the arguments are the model's: escaped, one line.
+        let arguments = &call.function.arguments;
+        let mut args: String = arguments.chars().take(HINT_ARGS).collect();
+        if args.len() < arguments.len() {
+            args.push('…');
+        }
+        let name = shown(&call.function.name, 64, "name");
+        self.line(&format!("  ↳ {name}({})", shown(&args, usize::MAX, "arguments")));
+        self.spinner.set_message(format!("running {name}…"));
         Ok(())
     }
 
@@ -91,16 +118,16 @@ fn print_outcome(outcome: TurnOutcome) -> anyhow::Result<std::process::ExitCode>
     match outcome {
         TurnOutcome::Done(ctx) => {
             if let Some(reply) = ctx.outbound {
-                println!("{}", reply.content);
+                outln!("{}", for_terminal(&reply.content))?;
             }
             Ok(std::process::ExitCode::SUCCESS)
         }
         TurnOutcome::Cancelled => {
-            eprintln!("(stopped)");
+            errln!("(stopped)");
             Ok(std::process::ExitCode::FAILURE)
         }
         TurnOutcome::Failed(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {}", for_terminal(&e.to_string()));
             Ok(std::process::ExitCode::FAILURE)
         }
     }
@@ -110,7 +137,7 @@ async fn interactive(agent: &AgentLoop, progress: &Arc<Progress>, session: &str,
     let mut editor = DefaultEditor::new().context("starting the line editor")?;
     let history = data.cli_history_file();
     let _ = editor.load_history(&history);
-    eprintln!("chitin — session {session}. Type /help for commands, `exit` to leave, Ctrl-C stops a running turn.");
+    errln!("chitin — session {}. Type /help for commands, `exit` to leave, Ctrl-C stops a running turn.", for_terminal(session));
     loop {
         let line = match editor.readline("you › ") {
             Ok(line) => line,
@@ -142,13 +169,13 @@ async fn interactive(agent: &AgentLoop, progress: &Arc<Progress>, session: &str,
         match outcome {
             TurnOutcome::Done(ctx) => {
                 if let Some(reply) = ctx.outbound {
-                    println!("chitin › {}\n", reply.content);
+                    outln!("chitin › {}\n", for_terminal(&reply.content))?;
                 }
             }
-            TurnOutcome::Cancelled => eprintln!("(stopped; finished tool steps are kept)\n"),
-            TurnOutcome::Failed(e) => eprintln!("error: {e}\n"),
+            TurnOutcome::Cancelled => errln!("(stopped; finished tool steps are kept)\n"),
+            TurnOutcome::Failed(e) => errln!("error: {}\n", for_terminal(&e.to_string())),
         }
-        std::io::stdout().flush().ok();
+        std::io::stdout().flush().context("writing to stdout")?;
     }
     let _ = editor.save_history(&history);
     agent.core().sessions.sync().context("syncing the session")?;

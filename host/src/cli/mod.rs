@@ -1,6 +1,27 @@
 //! Command-line front end: parses arguments into plain structs, calls the
 //! library, prints results. User-facing output is written here and nowhere
 //! else; diagnostics go through `tracing` (`RUST_LOG`, default `warn`).
+//!
+//! Two rules for everything printed:
+//! - **Through [`outln!`] / [`errln!`], never `println!`.** A closed stdout
+//!   (`chitin plugin list | head -1`) is an `io::Error` of kind `BrokenPipe`
+//!   that ends the command quietly with exit code 0, as ripgrep does; a
+//!   closed stderr is ignored. `println!` would panic on both.
+//! - **Text a plugin or the model controls goes through
+//!   [`chitin::text::for_terminal`]** (or [`shown`]): manifest fields,
+//!   progress, tool errors, replies, load warnings. A result written to a
+//!   pipe or file is the exception where raw bytes are the point.
+
+/// `println!` that returns the write's `io::Result` instead of panicking.
+macro_rules! outln {
+    () => { $crate::cli::write_out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `eprintln!` that ignores a closed stderr instead of panicking.
+macro_rules! errln {
+    ($($arg:tt)*) => { $crate::cli::write_err(format_args!("{}\n", format_args!($($arg)*))) };
+}
 
 mod agent;
 mod onboard;
@@ -8,6 +29,8 @@ mod plugin;
 mod status;
 mod tool;
 
+use std::borrow::Cow;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,11 +81,83 @@ pub fn main() -> ExitCode {
         .init();
     match run(cli) {
         Ok(code) => code,
+        // The reader of stdout went away (`| head`): it has what it wanted.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {}", for_terminal(&error_text(&e)));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Writes to stdout; the error of a closed pipe is returned, not a panic.
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+    std::io::stdout().lock().write_fmt(args)
+}
+
+/// Writes to stderr; if stderr itself is gone there is nobody to tell.
+pub(crate) fn write_err(args: std::fmt::Arguments<'_>) {
+    let _ = std::io::stderr().lock().write_fmt(args);
+}
+
+/// Writes raw bytes to stdout (a tool result going to a file keeps them).
+pub(crate) fn write_out_bytes(bytes: &[u8]) -> std::io::Result<()> {
+    std::io::stdout().lock().write_all(bytes)
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+/// An error and its causes on one line, `outer: inner`, each cause once:
+/// a message that already quotes its source (thiserror's `{source}` in the
+/// text) does not get it appended a second time.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(part.as_str()) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+/// Plugin- or model-controlled text, safe for a terminal (see `chitin::text`).
+pub(crate) fn for_terminal(text: &str) -> Cow<'_, str> {
+    chitin::text::for_terminal(text)
+}
+
+/// One line of plugin- or model-controlled text for the terminal: at most
+/// `max_bytes` (with a marker saying what was cut), control characters and
+/// newlines shown as escapes, so it cannot rewrite or fake other lines.
+pub(crate) fn shown(text: &str, max_bytes: usize, what: &str) -> String {
+    chitin::text::clip_for_terminal(text, max_bytes, what).replace('\n', "\\n")
+}
+
+/// JSON text with the characters a terminal would obey, which serde_json
+/// leaves as they are (DEL, C1 controls, bidirectional overrides), written
+/// as `\u` escapes: the same JSON value, safe to print.
+pub(crate) fn json_for_terminal(json: &str) -> Cow<'_, str> {
+    if matches!(for_terminal(json), Cow::Borrowed(_)) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    let mut buf = [0u8; 4];
+    for c in json.chars() {
+        // Control characters only occur inside JSON strings, where `\uXXXX`
+        // means the same character. All of them are in the BMP.
+        if matches!(for_terminal(c.encode_utf8(&mut buf)), Cow::Owned(_)) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -76,19 +171,30 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Onboard { force } => onboard::run(&data, force),
         Command::Agent(args) => runtime.block_on(agent::run(args, data, options)),
         Command::Status => status::run(data, options),
-        Command::Plugin(cmd) => plugin::run(cmd, data, options),
+        Command::Plugin(cmd) => runtime.block_on(plugin::run(cmd, data, options)),
         Command::Tool(cmd) => runtime.block_on(tool::run(cmd, data, options)),
     }
 }
 
-/// Opens the host, reporting plugins that failed to load without stopping.
+/// Opens the host, reporting plugins that failed to load (on stderr, once)
+/// without stopping.
 fn open_app(data: DataDir, options: AppOptions) -> anyhow::Result<App> {
-    let app = App::open(data, options)?;
-    for failure in &app.catalog.failures {
-        eprintln!("warning: {failure}");
-    }
-    for conflict in app.tools.conflicts() {
-        eprintln!("warning: {conflict}");
+    let app = open_app_quietly(data, options)?;
+    for line in load_problems(&app) {
+        errln!("warning: {line}");
     }
     Ok(app)
+}
+
+/// Opens the host without the load warnings, for commands that list the
+/// problems in their own output (`status`, `plugin list`).
+fn open_app_quietly(data: DataDir, options: AppOptions) -> anyhow::Result<App> {
+    Ok(App::open(data, options)?)
+}
+
+/// Skipped plugins and left-out tools, one terminal-safe line each.
+fn load_problems(app: &App) -> Vec<String> {
+    let skipped = app.catalog.failures.iter().map(|f| format!("skipped installed plugin: {}", for_terminal(&f.to_string())));
+    let left_out = app.tools.conflicts().iter().map(|c| for_terminal(&c.to_string()).into_owned());
+    skipped.chain(left_out).collect()
 }

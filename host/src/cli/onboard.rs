@@ -57,18 +57,18 @@ pub fn run(data: &DataDir, force: bool) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(data.root()).with_context(|| format!("cannot create {}", data.root().display()))?;
     let config = data.config_file();
     if config.exists() && !force {
-        println!("config exists: {} (use --force to overwrite)", config.display());
+        outln!("config exists: {} (use --force to overwrite)", config.display())?;
     } else {
         std::fs::write(&config, CONFIG_TEMPLATE).with_context(|| format!("cannot write {}", config.display()))?;
-        println!("wrote {}", config.display());
+        outln!("wrote {}", config.display())?;
     }
     let workspace = data.default_workspace();
     for (file, text) in [("AGENTS.md", AGENTS_MD), ("SOUL.md", SOUL_MD), ("USER.md", USER_MD), ("memory/MEMORY.md", MEMORY_MD)] {
         write_if_missing(&workspace.join(file), text)?;
     }
     std::fs::create_dir_all(workspace.join("skills")).with_context(|| format!("cannot create {}", workspace.display()))?;
-    println!("workspace: {}", workspace.display());
-    println!("next: set OPENAI_API_KEY (or edit [providers]) and run `chitin agent`");
+    outln!("workspace: {}", workspace.display())?;
+    outln!("next: set OPENAI_API_KEY (or edit [providers]) and run `chitin agent`")?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,5 +1,6 @@
 //! `chitin plugin inspect | list | pack | install`.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -7,11 +8,13 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
+use super::{for_terminal, json_for_terminal, shown};
+
 use chitin::app::AppOptions;
 use chitin::config::{Config, DataDir};
-use chitin::plugins::catalog::grant_for;
+use chitin::plugins::catalog::{check_install, grant_for};
 use chitin::plugins::manifest::{self, Manifest};
-use chitin::plugins::{LoadedPlugin, PluginRuntime, RuntimeConfig};
+use chitin::plugins::{GrantConfig, LoadedPlugin, PluginRuntime, PluginSource, RuntimeConfig};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -40,27 +43,34 @@ pub enum PluginCommand {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Validate a component and copy it into the data dir's plugins/.
+    /// Validate, compile and link a component and copy it into the data dir's
+    /// plugins/. Refused when its name is a built-in's or another installed
+    /// plugin's file, or a tool of it is already another plugin's; installing
+    /// the same plugin name again replaces it.
     Install {
         /// The component to install.
         file: PathBuf,
     },
 }
 
-pub fn run(cmd: PluginCommand, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: PluginCommand, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     match cmd {
         PluginCommand::Inspect { plugin, json } => inspect(&plugin, json, data, options),
         PluginCommand::List { json } => list(json, data, options),
         PluginCommand::Pack { manifest, input, output } => pack(&manifest, &input, &output),
-        PluginCommand::Install { file } => install(&file, &data),
+        PluginCommand::Install { file } => install(&file, &data, &options).await,
     }
+}
+
+fn load_config(data: &DataDir, options: &AppOptions) -> anyhow::Result<Config> {
+    Ok(Config::load(&options.config_file.clone().unwrap_or_else(|| data.config_file()))?)
 }
 
 fn inspect(target: &str, as_json: bool, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     let path = Path::new(target);
     let plugin = if path.extension().is_some_and(|e| e == "wasm") || path.is_file() {
         // A file is inspected alone, with the grants the config would give it.
-        let config = Config::load(&options.config_file.clone().unwrap_or_else(|| data.config_file()))?;
+        let config = load_config(&data, &options)?;
         let runtime = PluginRuntime::new(RuntimeConfig { workspace: data.default_workspace(), cache_dir: None, limits: config.limits.clone() })?;
         std::sync::Arc::new(runtime.load_file(path, |name| grant_for(&config.plugins, name))?)
     } else {
@@ -71,26 +81,42 @@ fn inspect(target: &str, as_json: bool, data: DataDir, options: AppOptions) -> a
         }
     };
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&describe(&plugin))?);
+        outln!("{}", json_for_terminal(&serde_json::to_string_pretty(&describe(&plugin))?))?;
     } else {
-        print_plugin(&plugin);
+        print_plugin(&plugin)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn list(as_json: bool, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
-    let app = super::open_app(data, options)?;
+    let app = super::open_app_quietly(data, options)?;
+    let problems = super::load_problems(&app);
     if as_json {
+        // stdout stays an array of the loaded plugins; the skipped ones are
+        // reported on stderr.
+        for line in &problems {
+            errln!("warning: {line}");
+        }
         let all: Vec<Value> = app.catalog.iter().map(|p| describe(p)).collect();
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        outln!("{}", json_for_terminal(&serde_json::to_string_pretty(&all)?))?;
         return Ok(ExitCode::SUCCESS);
     }
     for p in app.catalog.iter() {
         let tools: Vec<&str> = p.manifest.tools.iter().map(|t| t.name.as_str()).collect();
-        println!("{:<12} {:<8} {:<10} workspace={:<10} tools: {}", p.name(), p.manifest.version, p.source.to_string(), p.grant.workspace.as_str(), tools.join(", "));
+        outln!(
+            "{:<12} {:<8} {:<10} workspace={:<10} tools: {}",
+            shown(p.name(), 64, "name"),
+            shown(&p.manifest.version, 64, "version"),
+            for_terminal(&p.source.to_string()),
+            p.grant.workspace.as_str(),
+            shown(&tools.join(", "), 4096, "tools")
+        )?;
         for note in &p.grant_notes {
-            println!("{:<12} note: {note}", "");
+            outln!("{:<12} note: {}", "", shown(note, 1024, "note"))?;
         }
+    }
+    for line in &problems {
+        outln!("{line}")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -109,22 +135,26 @@ fn describe(p: &LoadedPlugin) -> Value {
     })
 }
 
-fn print_plugin(p: &LoadedPlugin) {
+/// The human form of `inspect`. Every manifest field is the plugin's own
+/// text: shown escaped and bounded.
+fn print_plugin(p: &LoadedPlugin) -> std::io::Result<()> {
     let m = &p.manifest;
-    println!("{} {} ({}, {} KiB)", m.name, m.version, p.source, p.size() / 1024);
+    outln!("{} {} ({}, {} KiB)", shown(&m.name, 64, "name"), shown(&m.version, 64, "version"), for_terminal(&p.source.to_string()), p.size() / 1024)?;
     if !m.description.is_empty() {
-        println!("  {}", m.description);
+        for line in m.description.lines() {
+            outln!("  {}", shown(line, 4096, "description"))?;
+        }
     }
-    println!("capabilities:");
-    println!("  workspace: asks {}, granted {}", m.capabilities.workspace, p.grant.workspace);
+    outln!("capabilities:")?;
+    outln!("  workspace: asks {}, granted {}", m.capabilities.workspace, p.grant.workspace)?;
     let asked = if m.capabilities.network.is_empty() { "none".to_string() } else { m.capabilities.network.join(", ") };
     let granted: Vec<String> = p.grant.network.iter().map(ToString::to_string).collect();
     let granted = if granted.is_empty() { "none".to_string() } else { granted.join(", ") };
-    println!("  network:   asks {asked}, granted {granted}");
+    outln!("  network:   asks {}, granted {}", shown(&asked, 4096, "network"), shown(&granted, 4096, "network"))?;
     for note in &p.grant_notes {
-        println!("  note: {note}");
+        outln!("  note: {}", shown(note, 1024, "note"))?;
     }
-    println!("tools:");
+    outln!("tools:")?;
     for t in &m.tools {
         let mut flags = Vec::new();
         if t.read_only {
@@ -134,12 +164,13 @@ fn print_plugin(p: &LoadedPlugin) {
             flags.push("concurrency-safe");
         }
         let flags = if flags.is_empty() { String::new() } else { format!(" [{}]", flags.join(", ")) };
-        println!("  {}{flags}", t.name);
+        outln!("  {}{flags}", shown(&t.name, 64, "name"))?;
         for line in t.description.lines() {
-            println!("      {line}");
+            outln!("      {}", shown(line, 4096, "description"))?;
         }
-        println!("      parameters: {}", summarize_parameters(&t.parameters));
+        outln!("      parameters: {}", shown(&summarize_parameters(&t.parameters), 4096, "parameters"))?;
     }
+    Ok(())
 }
 
 /// `path (string, required), offset (integer)`.
@@ -166,21 +197,55 @@ fn pack(manifest_path: &Path, input: &Path, output: &Path) -> anyhow::Result<Exi
     table.entry("manifest_version").or_insert(toml::Value::Integer(manifest::MANIFEST_VERSION.into()));
     let value = serde_json::to_value(&table)?;
     let manifest: Manifest = serde_json::from_value(value).with_context(|| format!("{}: not a valid manifest", manifest_path.display()))?;
+    manifest.validate().with_context(|| format!("{}", manifest_path.display()))?;
     let component = std::fs::read(input).with_context(|| format!("cannot read {}", input.display()))?;
-    let packed = manifest::pack(&component, &manifest)?;
+    let packed = manifest::pack(&component, &manifest).with_context(|| format!("cannot pack {}", input.display()))?;
     std::fs::write(output, &packed).with_context(|| format!("cannot write {}", output.display()))?;
-    println!("packed {} ({} tools) into {}", manifest.name, manifest.tools.len(), output.display());
+    outln!("packed {} ({} tools) into {}", manifest.name, manifest.tools.len(), output.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn install(file: &Path, data: &DataDir) -> anyhow::Result<ExitCode> {
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let manifest = Manifest::from_component(&bytes)?;
+/// Validates a plugin as loading would (manifest, a name no built-in has,
+/// tools no other plugin has), compiles and links it (no plugin code runs),
+/// and only then writes it, atomically, to `plugins/<name>.wasm`. Installing
+/// a plugin of the same name again replaces it.
+async fn install(file: &Path, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
+    let config = load_config(data, options)?;
+    let mut runtime = PluginRuntime::new(RuntimeConfig { workspace: data.default_workspace(), cache_dir: Some(data.cache_dir()), limits: config.limits.clone() })?;
+    // Compiled as every later load would: in the limited child process.
+    if let Some(program) = &options.compile_child {
+        runtime = runtime.with_compile_child(program.clone());
+    }
+    // One read: the bytes checked, compiled and linked are the bytes written.
+    let bytes: std::sync::Arc<[u8]> = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?.into();
+    let source = PluginSource::File(file.to_path_buf());
+    let name = runtime.load(source.clone(), bytes.clone(), &GrantConfig::default())?.name().to_string();
+    let plugin = runtime.load(source, bytes.clone(), &grant_for(&config.plugins, &name))?;
     let dir = data.plugins_dir();
+    let dest = dir.join(format!("{name}.wasm"));
+    check_install(&plugin.manifest, &dir, &dest)?;
+    runtime.prepare(&plugin).await.with_context(|| format!("{} cannot be installed", file.display()))?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let dest = dir.join(format!("{}.wasm", manifest.name));
-    std::fs::write(&dest, &bytes).with_context(|| format!("cannot write {}", dest.display()))?;
-    println!("installed {} {} to {}", manifest.name, manifest.version, dest.display());
-    println!("grant it capabilities under [plugins.{}] in {}", manifest.name, data.config_file().display());
+    write_atomically(&dir, &dest, &bytes)?;
+    outln!("installed {} {} to {}", name, shown(&plugin.manifest.version, 64, "version"), dest.display())?;
+    for note in &plugin.grant_notes {
+        outln!("note: {}", shown(note, 1024, "note"))?;
+    }
+    outln!("grant it capabilities under [plugins.{name}] in {}", data.config_file().display())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `bytes` to `dest` through a temporary file in `dir` (not named
+/// `*.wasm`, so a concurrent load never sees it) and a rename: a reader sees
+/// the old file or the new one, never half of one.
+fn write_atomically(dir: &Path, dest: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let mut temp = tempfile::Builder::new()
+        .prefix(".install-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+    temp.write_all(bytes).with_context(|| format!("cannot write {}", temp.path().display()))?;
+    temp.as_file().sync_all().with_context(|| format!("cannot write {}", temp.path().display()))?;
+    temp.persist(dest).map_err(|e| e.error).with_context(|| format!("cannot write {}", dest.display()))?;
+    Ok(())
 }

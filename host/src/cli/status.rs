@@ -1,19 +1,22 @@
-//! `chitin status`: config, provider, plugins and grants at a glance.
+//! `chitin status`: config, provider, plugins and grants at a glance, and
+//! the installed plugins that were skipped, with the reason.
 
 use std::process::ExitCode;
 
 use chitin::app::AppOptions;
 use chitin::config::DataDir;
 
+use super::{for_terminal, shown};
+
 pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     let config_file = options.config_file.clone().unwrap_or_else(|| data.config_file());
-    let app = super::open_app(data, options)?;
+    let app = super::open_app_quietly(data, options)?;
     let exists = if config_file.exists() { "" } else { " (not found: using defaults; run `chitin onboard`)" };
-    println!("data dir:   {}", app.data.root().display());
-    println!("config:     {}{exists}", config_file.display());
-    println!("workspace:  {}", app.workspace.root().display());
+    outln!("data dir:   {}", app.data.root().display())?;
+    outln!("config:     {}{exists}", config_file.display())?;
+    outln!("workspace:  {}", app.workspace.root().display())?;
     let agent = &app.config.agent;
-    println!("model:      {} (context {} tokens, max {} completion tokens)", agent.model, agent.context_window, agent.max_tokens);
+    outln!("model:      {} (context {} tokens, max {} completion tokens)", agent.model, agent.context_window, agent.max_tokens)?;
     match app.config.provider() {
         Ok((name, provider)) => {
             let key = match provider.resolved_api_key(&name) {
@@ -21,20 +24,30 @@ pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
                 Ok(None) => "none".to_string(),
                 Err(e) => format!("MISSING — {e}"),
             };
-            println!("provider:   {name} → {} (api key: {key})", provider.base_url);
+            outln!("provider:   {name} → {} (api key: {key})", provider.base_url)?;
         }
-        Err(e) => println!("provider:   NOT CONFIGURED — {e}"),
+        Err(e) => outln!("provider:   NOT CONFIGURED — {e}")?,
     }
     let limits = &app.config.limits;
-    println!("limits:     {} ms, {} MiB, {} KiB output per tool call", limits.timeout_ms, limits.memory_mb, limits.max_output_kb);
-    println!("plugins:");
+    outln!("limits:     {} ms, {} MiB, {} KiB output per tool call", limits.timeout_ms, limits.memory_mb, limits.max_output_kb)?;
+    outln!("plugins:")?;
     for p in app.catalog.iter() {
         let network: Vec<String> = p.grant.network.iter().map(ToString::to_string).collect();
         let network = if network.is_empty() { "none".to_string() } else { network.join(", ") };
-        println!("  {:<12} {:<8} workspace={:<10} network={network}  ({} tools, {})", p.name(), p.manifest.version, p.grant.workspace.as_str(), p.manifest.tools.len(), p.source);
+        outln!(
+            "  {:<12} {:<8} workspace={:<10} network={network}  ({} tools, {})",
+            shown(p.name(), 64, "name"),
+            shown(&p.manifest.version, 64, "version"),
+            p.grant.workspace.as_str(),
+            p.manifest.tools.len(),
+            for_terminal(&p.source.to_string())
+        )?;
         for note in &p.grant_notes {
-            println!("  {:<12} note: {note}", "");
+            outln!("  {:<12} note: {}", "", shown(note, 1024, "note"))?;
         }
+    }
+    for line in super::load_problems(&app) {
+        outln!("  {line}")?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,14 +3,16 @@
 //!
 //! Names must be unique: a plugin file that reuses a loaded plugin's name is
 //! refused rather than silently shadowing it (a marketplace plugin must not be
-//! able to replace `fs` by calling itself `fs`).
+//! able to replace `fs` by calling itself `fs`). An installed file that is
+//! refused is skipped with a recorded reason, so one bad file never makes the
+//! host unusable; [`check_install`] refuses such a file before it is written.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::grants::GrantConfig;
-use super::manifest::WorkspaceAccess;
+use super::manifest::{Manifest, WorkspaceAccess};
 use super::runtime::{LoadedPlugin, PluginRuntime, PluginSource};
 use super::PluginError;
 
@@ -32,18 +34,46 @@ pub fn grant_for(grants: &BTreeMap<String, GrantConfig>, name: &str) -> GrantCon
     grants.get(name).cloned().or_else(|| builtin_default_grant(name)).unwrap_or_default()
 }
 
+/// The names of the first-party plugins. They are reserved: no installed or
+/// command-line plugin may take one, whether or not the built-in is enabled.
+pub fn builtin_names() -> impl Iterator<Item = &'static str> {
+    BUILTIN_PLUGINS.iter().map(|(name, _)| *name)
+}
+
+/// An installed plugin file that was skipped, and why.
+#[derive(Debug)]
+pub struct LoadFailure {
+    /// The file in the plugins directory.
+    pub path: PathBuf,
+    /// Why it was skipped; its text names the file.
+    pub error: PluginError,
+}
+
+impl std::fmt::Display for LoadFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.error)
+    }
+}
+
 /// The loaded plugins, by name.
 #[derive(Default)]
 pub struct PluginCatalog {
     plugins: BTreeMap<String, Arc<LoadedPlugin>>,
-    /// Plugins that could not be loaded, with the reason; reported by the
-    /// CLI, never fatal for the others.
-    pub failures: Vec<PluginError>,
+    /// Installed plugins that were skipped (unreadable, invalid, or named
+    /// like a built-in or another installed plugin), with the reason;
+    /// reported by the CLI, never fatal for the others.
+    pub failures: Vec<LoadFailure>,
 }
 
 impl PluginCatalog {
     /// Loads the built-in plugins, every `*.wasm` in `installed_dir`, and
     /// `extra` files, with grants from `grants` (by plugin name).
+    ///
+    /// One bad installed file never stops the host: an installed file that
+    /// cannot be read, is not a valid plugin, or takes a name already taken
+    /// (a built-in's, or an earlier installed file's, in file-name order) is
+    /// skipped and recorded in [`PluginCatalog::failures`]. A file named in
+    /// `extra` (the user asked for it) is an error in each of those cases.
     pub fn load(
         runtime: &PluginRuntime,
         grants: &BTreeMap<String, GrantConfig>,
@@ -59,30 +89,61 @@ impl PluginCatalog {
             let plugin = runtime.load(PluginSource::Builtin, Arc::from(*bytes), &grant_for(name))?;
             catalog.insert(plugin)?;
         }
-        let mut files = installed_dir.map(list_wasm).transpose()?.unwrap_or_default();
-        let installed = files.len();
-        files.extend(extra.iter().cloned());
-        for (i, path) in files.iter().enumerate() {
-            match runtime.load_file(path, |name| grant_for(name)) {
+        let installed = match installed_dir.map(list_wasm).transpose() {
+            Ok(files) => files.unwrap_or_default(),
+            Err(error) => {
+                let path = installed_dir.map(Path::to_path_buf).unwrap_or_default();
+                catalog.failures.push(LoadFailure { path, error });
+                Vec::new()
+            }
+        };
+        for path in installed {
+            let loaded = runtime.load_file(&path, |name| grant_for(name)).and_then(|plugin| {
+                catalog.check_name(&plugin)?;
+                Ok(plugin)
+            });
+            match loaded {
                 Ok(plugin) if !grant_for(plugin.name()).enabled => {}
                 Ok(plugin) => catalog.insert(plugin)?,
-                // A broken installed plugin must not stop the others; a file
-                // the user named on the command line must.
-                Err(e) if i < installed => catalog.failures.push(e),
-                Err(e) => return Err(e),
+                Err(error) => {
+                    tracing::debug!(path = %path.display(), %error, "installed plugin skipped");
+                    catalog.failures.push(LoadFailure { path, error });
+                }
+            }
+        }
+        for path in extra {
+            let plugin = runtime.load_file(path, |name| grant_for(name))?;
+            if grant_for(plugin.name()).enabled {
+                catalog.insert(plugin)?;
             }
         }
         Ok(catalog)
     }
 
-    fn insert(&mut self, plugin: LoadedPlugin) -> Result<(), PluginError> {
-        if let Some(existing) = self.plugins.get(plugin.name()) {
+    /// Refuses a plugin whose name is reserved by a built-in or taken by a
+    /// plugin already in the catalog.
+    fn check_name(&self, plugin: &LoadedPlugin) -> Result<(), PluginError> {
+        let name = plugin.name();
+        if builtin_names().any(|b| b == name) {
             return Err(PluginError::Conflict(format!(
-                "two plugins are named `{}`: {} and {}",
-                plugin.name(),
-                existing.source,
+                "{} is named `{name}`, the name of a built-in plugin; a plugin cannot replace a built-in (rename it, or remove the file)",
                 plugin.source
             )));
+        }
+        if let Some(existing) = self.plugins.get(name) {
+            return Err(PluginError::Conflict(format!(
+                "two plugins are named `{name}`: {} and {} (remove one of them)",
+                existing.source, plugin.source
+            )));
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, plugin: LoadedPlugin) -> Result<(), PluginError> {
+        if plugin.source != PluginSource::Builtin {
+            self.check_name(&plugin)?;
+        } else if let Some(existing) = self.plugins.get(plugin.name()) {
+            return Err(PluginError::Conflict(format!("two built-in plugins are named `{}` ({})", plugin.name(), existing.source)));
         }
         self.plugins.insert(plugin.name().to_string(), Arc::new(plugin));
         Ok(())
@@ -96,6 +157,50 @@ impl PluginCatalog {
     /// A plugin by name.
     pub fn get(&self, name: &str) -> Option<&Arc<LoadedPlugin>> {
         self.plugins.get(name)
+    }
+}
+
+/// Checks that `candidate`, about to be written to `dest` in `installed_dir`,
+/// collides with nothing: its name is not a built-in's nor that of another
+/// installed file, and none of its tools is a tool of a built-in plugin or
+/// of another installed plugin (the file being replaced, a plugin of the same
+/// name, does not count). Every collision is named in the error. Installed
+/// files that cannot be read or parsed are ignored here; loading skips them.
+pub fn check_install(candidate: &Manifest, installed_dir: &Path, dest: &Path) -> Result<(), PluginError> {
+    let mut problems = Vec::new();
+    let name = candidate.name.as_str();
+    if builtin_names().any(|b| b == name) {
+        problems.push(format!("its name `{name}` is the name of a built-in plugin"));
+    }
+    let mut others: Vec<(String, Manifest)> = BUILTIN_PLUGINS
+        .iter()
+        .filter_map(|(_, bytes)| Manifest::from_component(bytes).ok())
+        .map(|m| (format!("the built-in plugin `{}`", m.name), m))
+        .collect();
+    for path in list_wasm(installed_dir)? {
+        if path == dest {
+            continue;
+        }
+        let Ok(manifest) = std::fs::read(&path).map_err(drop).and_then(|b| Manifest::from_component(&b).map_err(drop)) else {
+            continue;
+        };
+        if manifest.name == name {
+            problems.push(format!("{} is already an installed plugin named `{name}` (remove it first)", path.display()));
+            continue;
+        }
+        others.push((format!("the installed plugin `{}` ({})", manifest.name, path.display()), manifest));
+    }
+    for tool in &candidate.tools {
+        for (owner, manifest) in &others {
+            if manifest.tool(&tool.name).is_some() && manifest.name != name {
+                problems.push(format!("its tool `{}` is already a tool of {owner}", tool.name));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(PluginError::Conflict(format!("cannot install plugin `{name}`: {}", problems.join("; "))))
     }
 }
 

@@ -107,18 +107,86 @@ impl std::fmt::Display for WorkspaceAccess {
 
 /// A manifest that could not be read or is not acceptable. `field` names the
 /// offending part (`tools[2].parameters`), so the plugin author knows where to look.
+///
+/// Its text is one line: a wasmparser message (which can span lines) is
+/// folded, and a problem with the file itself (not WebAssembly, a core
+/// module, truncated) says so without the "invalid manifest" prefix.
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("invalid plugin manifest: {field}: {message}")]
+#[error("{}", self.text())]
 pub struct ManifestError {
-    /// Path of the offending field, or `section` for the container itself.
+    /// Path of the offending field; `section` for the manifest section as a
+    /// whole (not JSON, missing), [`CONTAINER`] for the file around it.
     pub field: String,
     /// What is wrong with it.
     pub message: String,
 }
 
+/// The `field` of a [`ManifestError`] about the file rather than the
+/// manifest: not WebAssembly, not a component, truncated.
+pub const CONTAINER: &str = "component";
+
 impl ManifestError {
     fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        ManifestError { field: field.into(), message: message.into() }
+        ManifestError { field: field.into(), message: one_line(&message.into()) }
+    }
+
+    fn container(message: impl Into<String>) -> Self {
+        ManifestError::new(CONTAINER, message)
+    }
+
+    fn text(&self) -> String {
+        if self.field == CONTAINER {
+            self.message.clone()
+        } else {
+            format!("invalid plugin manifest: {}: {}", self.field, self.message)
+        }
+    }
+}
+
+/// Folds runs of whitespace (newlines included) into one space.
+fn one_line(text: &str) -> String {
+    if !text.contains(['\n', '\r']) {
+        return text.to_string();
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `\0asm`, the first four bytes of every WebAssembly binary.
+const MAGIC: &[u8; 4] = b"\0asm";
+
+/// Checks the 8-byte preamble: WebAssembly at all, and a component rather
+/// than a core module. The rest is left to the parser.
+fn check_preamble(bytes: &[u8]) -> Result<(), ManifestError> {
+    if bytes.is_empty() {
+        return Err(ManifestError::container("not a WebAssembly component: the file is empty"));
+    }
+    let n = bytes.len().min(MAGIC.len());
+    if bytes[..n] != MAGIC[..n] {
+        let head: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        return Err(ManifestError::container(format!(
+            "not a WebAssembly component: not a valid WebAssembly binary (it starts with bytes {}; expected \\0asm)",
+            head.join(" ")
+        )));
+    }
+    if bytes.len() < 8 {
+        return Err(ManifestError::container(format!("not a WebAssembly component: the file is truncated ({} bytes)", bytes.len())));
+    }
+    // Bytes 6..8 are the layer: 0 for a core module, 1 for a component.
+    if bytes[6..8] == [0, 0] {
+        return Err(ManifestError::container(
+            "a core WebAssembly module, not a component: turn it into one (e.g. `wasm-tools component new`), then embed a manifest with `chitin plugin pack`",
+        ));
+    }
+    Ok(())
+}
+
+/// A parser error as one line saying what is wrong with the file.
+fn parse_error(e: &wasmparser::BinaryReaderError) -> ManifestError {
+    let text = e.to_string();
+    if text.contains("unexpected end-of-file") {
+        ManifestError::container(format!("the WebAssembly component is truncated or corrupt: {text}"))
+    } else {
+        ManifestError::container(format!("not a valid WebAssembly component: {text}"))
     }
 }
 
@@ -134,7 +202,7 @@ impl Manifest {
     /// Reads the manifest embedded in a component without compiling it.
     pub fn from_component(bytes: &[u8]) -> Result<Manifest, ManifestError> {
         let section = find_section(bytes)?
-            .ok_or_else(|| ManifestError::new("section", format!("the component has no `{SECTION_NAME}` custom section; embed one with `chitin plugin pack`")))?;
+            .ok_or_else(|| ManifestError::container(format!("a component without a `{SECTION_NAME}` custom section: embed a manifest with `chitin plugin pack`")))?;
         Manifest::from_json(section)
     }
 
@@ -220,10 +288,11 @@ fn json_error_field(_e: &serde_json::Error) -> &'static str {
 /// Returns the manifest section's bytes: the top-level one if present,
 /// otherwise the first one nested in a core module.
 pub fn find_section(bytes: &[u8]) -> Result<Option<&[u8]>, ManifestError> {
+    check_preamble(bytes)?;
     let mut depth = 0usize;
     let mut nested = None;
     for payload in Parser::new(0).parse_all(bytes) {
-        let payload = payload.map_err(|e| ManifestError::new("section", format!("not a valid WebAssembly binary: {e}")))?;
+        let payload = payload.map_err(|e| parse_error(&e))?;
         match payload {
             Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
             Payload::End(_) => depth = depth.saturating_sub(1),
@@ -249,13 +318,13 @@ pub fn is_component(bytes: &[u8]) -> bool {
 pub fn pack(component: &[u8], manifest: &Manifest) -> Result<Vec<u8>, ManifestError> {
     manifest.validate()?;
     if !is_component(component) {
-        return Err(ManifestError::new("section", "input is not a WebAssembly component (a core module must be turned into a component first, e.g. with `wasm-tools component new`)"));
+        return Err(ManifestError::container("input is not a WebAssembly component (a core module must be turned into a component first, e.g. with `wasm-tools component new`)"));
     }
     let json = serde_json::to_vec(manifest).expect("a manifest always serializes");
     let mut out = wasm_encoder::Component::new();
     let mut depth = 0usize;
     for payload in Parser::new(0).parse_all(component) {
-        let payload = payload.map_err(|e| ManifestError::new("section", format!("not a valid WebAssembly binary: {e}")))?;
+        let payload = payload.map_err(|e| parse_error(&e))?;
         let top_level = depth == 0;
         match &payload {
             Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,

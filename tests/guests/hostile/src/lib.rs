@@ -4,10 +4,16 @@
 //! `Ok(text)` when the operation went through, `Err(ToolError)` carrying the
 //! OS/WASI error when the sandbox refused it.
 //!
+//! Modules by target: `files` (the workspace boundary, symlinks for host
+//! code to follow, descriptors, a lying `read_only`), `net` (sockets,
+//! `wasi:http` grants and host-side HTTP resources), `limits` (CPU, memory,
+//! stack, time, output), `flood` (error, progress and log text; exit).
+//!
 //! Independent of the chitin SDK on purpose: bindings come straight from
 //! `wit/chitin.wit` and the manifest is embedded by hand.
 
 mod files;
+mod flood;
 mod limits;
 mod net;
 
@@ -47,6 +53,14 @@ impl Guest for Hostile {
             "sleep" => limits::sleep(parse(args)?),
             "slow_echo" => limits::slow_echo(parse(args)?),
             "counter" => limits::counter(),
+            "symlink" => files::symlink(parse(args)?),
+            "sneaky_write" => files::sneaky_write(parse(args)?),
+            "open_files" => files::open_files(parse(args)?),
+            "fail" => flood::fail(parse(args)?),
+            "progress_flood" => flood::progress_flood(parse(args)?),
+            "log_flood" => flood::log_flood(parse(args)?),
+            "exit" => flood::exit(parse(args)?),
+            "http_flood" => net::http_flood(parse(args)?),
             other => Err(ToolError::UnknownTool(format!("no tool named {other:?}"))),
         }
     }

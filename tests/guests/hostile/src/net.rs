@@ -197,3 +197,115 @@ fn read_body(response: &IncomingResponse) -> Result<Vec<u8>, ToolError> {
     }
     Ok(bytes)
 }
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FloodMode {
+    Fields,
+    Requests,
+}
+
+#[derive(Deserialize)]
+pub struct HttpFloodArgs {
+    mode: FloodMode,
+    count: u64,
+    #[serde(default)]
+    size: u64,
+    #[serde(default = "one")]
+    values: u64,
+    #[serde(default)]
+    url: String,
+    #[serde(default)]
+    hold_ms: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// `http_flood {mode, count, size, values, url, hold_ms}`. Attacks host memory and
+/// descriptors that `wasi:http` resources hold outside the guest's
+/// `memory_mb`:
+/// - `fields`: `count` header maps (many), each given `values` values of
+///   `x-h`, `size` bytes each (wide), all kept alive; a map stops at the
+///   first refused value. The guest holds one `size`-byte buffer only.
+///   wasmtime-wasi-http caps one map at 128 KiB and *traps* past it, so the
+///   attack is many maps just under the cap (`values` 1, `size` 120000).
+/// - `requests`: up to `count` GETs to `url` sent without waiting for any
+///   response, every pending response kept alive (one connection each);
+///   then the guest sleeps `hold_ms` in the host, so the host's tasks
+///   connect, and reports how many responses failed meanwhile.
+///
+/// If the host traps the call instead of answering, that is its defence.
+pub fn http_flood(args: HttpFloodArgs) -> Result<String, ToolError> {
+    match args.mode {
+        FloodMode::Fields => Ok(flood_fields(args.count, args.values, args.size)),
+        FloodMode::Requests => flood_requests(args.count, &args.url, args.hold_ms),
+    }
+}
+
+fn flood_fields(count: u64, per_map: u64, size: u64) -> String {
+    let value = vec![b'a'; usize::try_from(size).unwrap_or(usize::MAX >> 1)];
+    let mut kept = Vec::new();
+    let mut bytes = 0u64;
+    let mut values = 0u64;
+    let mut first_error: Option<String> = None;
+    for _ in 0..count {
+        let fields = Fields::new();
+        for _ in 0..per_map {
+            match fields.append("x-h", &value) {
+                Ok(()) => {
+                    bytes += size;
+                    values += 1;
+                }
+                Err(e) => {
+                    first_error.get_or_insert_with(|| format!("{e:?} after {values} values"));
+                    break;
+                }
+            }
+        }
+        kept.push(fields);
+    }
+    let stopped = first_error.unwrap_or_else(|| "done".to_string());
+    format!("created {} fields, {bytes} bytes in {values} values; stopped: {stopped}", kept.len())
+}
+
+fn flood_requests(count: u64, url: &str, hold_ms: u64) -> Result<String, ToolError> {
+    let mut pending = Vec::new();
+    let mut first_error: Option<String> = None;
+    for _ in 0..count {
+        let request = build_get(url)?;
+        match outgoing_handler::handle(request, None) {
+            Ok(future) => pending.push(future),
+            Err(e) => {
+                first_error = Some(format!("{e:?}"));
+                break;
+            }
+        }
+    }
+    let first = first_error.unwrap_or_else(|| "none".to_string());
+    if hold_ms == 0 {
+        return Ok(format!("sent {}; first error: {first}", pending.len()));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(hold_ms));
+    let mut failed = 0usize;
+    let mut first_failure = None;
+    for future in &pending {
+        // `get` reports only a future the host has seen complete: poll first.
+        if !future.subscribe().ready() {
+            continue;
+        }
+        let outcome = match future.get() {
+            Some(Ok(Ok(_))) | None => continue,
+            Some(Ok(Err(code))) => format!("{code:?}"),
+            Some(Err(())) => "taken".to_string(),
+        };
+        failed += 1;
+        first_failure.get_or_insert(outcome);
+    }
+    let first_failure = first_failure.unwrap_or_else(|| "none".to_string());
+    Ok(format!(
+        "sent {}; first error: {first}; after {hold_ms} ms: {failed} failed, first: {first_failure}",
+        pending.len()
+    ))
+}
