@@ -172,3 +172,39 @@ fn a_one_mib_call_under_the_cap_is_written_to_the_session_once() {
     assert_eq!(session.messages[1].tool_calls[0].function.arguments, args, "kept whole when under the cap");
     assert!(session.metadata.get("runtime_checkpoint").is_none());
 }
+
+/// Issue 9, item 6, at the agent level: an 8 MB tool **error** from a
+/// plugin reaches the model cut (the plugin runtime caps errors at 16 KiB)
+/// with a marker, and neither the request nor the session carries 8 MB.
+#[test]
+fn an_8_mb_tool_error_reaches_the_model_cut_and_the_session_stays_small() {
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("fail", json!({"text": "E", "repeat": 8_000_000}).to_string()),
+        MockReply::text("The tool failed."),
+    ]);
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("config.toml"), "[plugins.hostile]\nworkspace = \"read-write\"\n").unwrap();
+    let install = run_measured({
+        let mut cmd = chitin(home.path(), &mock, &["plugin", "install", env!("CHITIN_HOSTILE_WASM")]);
+        cmd.env_remove("OPENAI_BASE_URL");
+        cmd
+    });
+    assert!(install.status.success(), "{}", install.stderr);
+
+    let out = run_measured(chitin(home.path(), &mock, &["agent", "-m", "try the failing tool", "-s", "cli:fail"]));
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "The tool failed.");
+    assert!(out.stderr.len() < 64 * 1024, "stderr: {} bytes", out.stderr.len());
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let results = tool_messages(&requests[1]);
+    let text = results[0]["content"].as_str().unwrap();
+    eprintln!("tool message for an 8 MB error: {} bytes", text.len());
+    assert!(text.len() < 64 * 1024, "{} bytes reached the model", text.len());
+    assert!(text.starts_with("Error:") && text.contains("EEEE"), "{}", &text[..200.min(text.len())]);
+    assert!(text.contains("8000000 bytes in all"), "the cut is marked: …{}", &text[text.len().saturating_sub(300)..]);
+    assert!(mock.request_sizes()[1] < 128 * 1024, "request: {} bytes", mock.request_sizes()[1]);
+    let file_size = std::fs::metadata(session_file(home.path(), "cli:fail")).unwrap().len();
+    eprintln!("session file after it: {file_size} bytes");
+    assert!(file_size < 128 * 1024, "session file {file_size} bytes");
+}
