@@ -111,7 +111,9 @@ impl App {
             retry: RetryPolicy::default(),
             stream: self.config.agent.stream,
         };
-        let provider = OpenAiProvider::new(options).map_err(|e| AppError::Provider { name: name.into(), message: e.to_string() })?;
+        let provider = OpenAiProvider::new(options)
+            .map_err(|e| AppError::Provider { name: name.into(), message: e.to_string() })?
+            .with_max_response_bytes(crate::provider::openai::response_cap(self.config.agent.max_tool_args_bytes()));
         Ok(Arc::new(provider))
     }
 

@@ -182,6 +182,10 @@ pub struct AgentConfig {
     pub max_iterations: usize,
     /// Tool results longer than this are saved to the workspace.
     pub max_tool_result_chars: usize,
+    /// A tool call whose arguments are longer than this many KiB is not
+    /// run: the model gets an error asking for smaller calls, and history
+    /// keeps only a short prefix of the arguments.
+    pub max_tool_args_kb: usize,
     /// Sampling temperature; unset means the provider's default.
     pub temperature: Option<f32>,
     /// Seconds one model request may take.
@@ -207,6 +211,7 @@ impl Default for AgentConfig {
             context_window: 65_536,
             max_iterations: 200,
             max_tool_result_chars: 16_000,
+            max_tool_args_kb: 1024,
             temperature: None,
             llm_timeout_secs: 300,
             max_concurrent_turns: 3,
@@ -215,6 +220,14 @@ impl Default for AgentConfig {
             idle_compact_after_minutes: 0,
             stream: true,
         }
+    }
+}
+
+impl AgentConfig {
+    /// [`AgentConfig::max_tool_args_kb`] in bytes (at least 1 KiB, so a
+    /// zero does not refuse every call).
+    pub fn max_tool_args_bytes(&self) -> usize {
+        self.max_tool_args_kb.max(1).saturating_mul(1024)
     }
 }
 
@@ -349,6 +362,9 @@ mod tests {
         let config = Config::parse("[agent]\nmodel = \"m\"\nprovider = \"local\"\n[providers.other]\nbase_url = \"http://x\"\n", Path::new("c.toml")).unwrap();
         assert_eq!(config.agent.max_iterations, 200);
         assert_eq!(config.agent.context_window, 65_536);
+        assert_eq!(config.agent.max_tool_args_bytes(), 1024 * 1024);
+        let small = Config::parse("[agent]\nmax_tool_args_kb = 0\n", Path::new("c.toml")).unwrap();
+        assert_eq!(small.agent.max_tool_args_bytes(), 1024, "0 is clamped, not a refusal of every call");
         let err = config.provider().unwrap_err().to_string();
         assert!(err.contains("agent.provider") && err.contains("[providers.local]") && err.contains("other"), "{err}");
         let config = Config::parse("[agent]\n[providers.other]\nbase_url = \"http://x\"\n", Path::new("c.toml")).unwrap();

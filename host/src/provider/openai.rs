@@ -36,6 +36,23 @@ use crate::session::{Message, Role, ToolCall};
 /// The longest API message quoted in an error, in characters.
 const MAX_DETAIL_CHARS: usize = 500;
 
+/// The smallest cap on one answer's bytes (a plain body, or a whole stream).
+/// The model is untrusted input: without a cap, one answer can take all the
+/// memory there is.
+pub const MIN_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Bytes of an error answer (non-2xx) read for its message.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// The cap on one answer for an agent whose tool calls may carry up to
+/// `max_tool_args_bytes` of arguments: room for a few such calls plus text
+/// (4 × the arguments cap + 1 MiB), and never below
+/// [`MIN_MAX_RESPONSE_BYTES`], so an oversized call still arrives and gets
+/// its clear error from the agent instead of failing the request.
+pub fn response_cap(max_tool_args_bytes: usize) -> usize {
+    max_tool_args_bytes.saturating_mul(4).saturating_add(1024 * 1024).max(MIN_MAX_RESPONSE_BYTES)
+}
+
 /// Settings of an [`OpenAiProvider`].
 #[derive(Clone)]
 pub struct OpenAiOptions {
@@ -104,6 +121,7 @@ pub struct OpenAiProvider {
     request_timeout: Duration,
     retry: RetryPolicy,
     stream: bool,
+    max_response_bytes: usize,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
@@ -133,7 +151,28 @@ impl OpenAiProvider {
             request_timeout: options.request_timeout,
             retry: options.retry,
             stream: options.stream,
+            max_response_bytes: MIN_MAX_RESPONSE_BYTES,
         })
+    }
+
+    /// Caps one answer at `bytes` (a plain body, or all the bytes of a
+    /// stream); a bigger answer is a clear, non-retryable error. Default
+    /// [`MIN_MAX_RESPONSE_BYTES`]; see [`response_cap`].
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes.max(1);
+        self
+    }
+
+    fn too_large(&self) -> ProviderError {
+        ProviderError {
+            status: Some(200),
+            retryable: false,
+            message: format!(
+                "the model provider's answer is over the limit of {} bytes (4 × [agent] max_tool_args_kb + 1 MiB, at least {} MiB); nothing of it was used",
+                self.max_response_bytes,
+                MIN_MAX_RESPONSE_BYTES / (1024 * 1024)
+            ),
+        }
     }
 
     /// The URL requests go to.
@@ -160,10 +199,10 @@ impl OpenAiProvider {
         let retry_after = retry::retry_after(response.headers());
         if !status.is_success() {
             // The body names the problem; if it never arrives, the status
-            // alone still makes a useful message.
-            let text = match timeout_at(deadline, response.text()).await {
-                Ok(Ok(text)) => text,
-                _ => String::new(),
+            // alone still makes a useful message. Its start is enough.
+            let text = match read_body(response, MAX_ERROR_BODY_BYTES, deadline).await {
+                Ok(Body { bytes, .. }) => String::from_utf8_lossy(&bytes).into_owned(),
+                Err(_) => String::new(),
             };
             let error = http_error(status.as_u16(), &text, model, &self.endpoint);
             return Attempt { response: ChatResponse::failed(error), retry_after, streamed: false };
@@ -176,10 +215,11 @@ impl OpenAiProvider {
         if is_sse {
             return self.read_stream(response, sink).await;
         }
-        let body = match timeout_at(deadline, response.bytes()).await {
-            Err(_) => return Attempt::plain(ChatResponse::failed(self.timed_out())),
-            Ok(Err(e)) => return Attempt::plain(ChatResponse::failed(self.transport_error(&e))),
-            Ok(Ok(body)) => body,
+        let body = match read_body(response, self.max_response_bytes, deadline).await {
+            Err(BodyError::TimedOut) => return Attempt::plain(ChatResponse::failed(self.timed_out())),
+            Err(BodyError::Transport(e)) => return Attempt::plain(ChatResponse::failed(self.transport_error(&e))),
+            Ok(Body { cut: true, .. }) => return Attempt::plain(ChatResponse::failed(self.too_large())),
+            Ok(Body { bytes, .. }) => bytes,
         };
         let text = String::from_utf8_lossy(&body);
         let trimmed = text.trim_start();
@@ -213,6 +253,7 @@ impl OpenAiProvider {
         let mut parser = SseParser::default();
         let mut answer = StreamAnswer::default();
         let mut body = response.bytes_stream();
+        let mut received = 0usize;
         let interruption = loop {
             let chunk = match timeout(self.request_timeout, body.next()).await {
                 Err(_) => {
@@ -242,6 +283,12 @@ impl OpenAiProvider {
                 }
                 Ok(Some(Ok(chunk))) => chunk,
             };
+            received = received.saturating_add(chunk.len());
+            if received > self.max_response_bytes {
+                // Not an interruption to tolerate: the answer is refused.
+                answer.error = Some(self.too_large());
+                break None;
+            }
             let mut more = true;
             for event in parser.push(&chunk) {
                 more = answer.event(&event, sink);
@@ -351,6 +398,44 @@ fn request_body(request: &ChatRequest, stream: bool) -> serde_json::Result<Vec<u
         stream,
         stream_options: stream.then(|| json!({"include_usage": true})),
     })
+}
+
+/// A body read up to a cap.
+struct Body {
+    bytes: Vec<u8>,
+    /// More than the cap arrived (or was announced); `bytes` holds the start.
+    cut: bool,
+}
+
+enum BodyError {
+    TimedOut,
+    Transport(reqwest::Error),
+}
+
+/// Reads `response`'s body by chunks, stopping at `cap` bytes, so a huge
+/// answer costs at most `cap` of memory (one buffer, sized from the
+/// `Content-Length` when it is within the cap).
+async fn read_body(mut response: reqwest::Response, cap: usize, deadline: Instant) -> Result<Body, BodyError> {
+    let announced = response.content_length().map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    if announced > cap {
+        return Ok(Body { bytes: Vec::new(), cut: true });
+    }
+    let mut bytes = Vec::with_capacity(announced);
+    loop {
+        match timeout_at(deadline, response.chunk()).await {
+            Err(_) => return Err(BodyError::TimedOut),
+            Ok(Err(e)) => return Err(BodyError::Transport(e)),
+            Ok(Ok(None)) => return Ok(Body { bytes, cut: false }),
+            Ok(Ok(Some(chunk))) => {
+                let room = cap - bytes.len();
+                if chunk.len() > room {
+                    bytes.extend_from_slice(&chunk[..room]);
+                    return Ok(Body { bytes, cut: true });
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -525,7 +610,7 @@ fn parse_usage(usage: &Value) -> Option<Usage> {
 
 /// Parses a non-streaming answer.
 fn parse_completion(body: &str, model: &str, endpoint: &str) -> ChatResponse {
-    let value: Value = match serde_json::from_str(body) {
+    let mut value: Value = match serde_json::from_str(body) {
         Ok(value) => value,
         Err(e) => return ChatResponse::failed(unreadable(&format!("not JSON: {e}"), body)),
     };
@@ -544,27 +629,43 @@ fn parse_completion(body: &str, model: &str, endpoint: &str) -> ChatResponse {
         return ChatResponse::failed(unreadable("the first choice has no message", body));
     }
     let content = content_text(&message["content"]).or(legacy_text.map(str::to_string));
-    let mut calls: Vec<PartialCall> = message["tool_calls"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|call| PartialCall {
-            id: call["id"].as_str().unwrap_or_default().to_string(),
-            name: call["function"]["name"].as_str().unwrap_or_default().to_string(),
-            arguments: arguments_text(&call["function"]["arguments"]),
-        })
-        .collect();
+    let finish = choice["finish_reason"].as_str().map(str::to_string);
+    let usage = parse_usage(&value["usage"]).unwrap_or_default();
+    // The arguments are moved out of the parsed value, not copied: they are
+    // the part of an answer that can be megabytes.
+    let mut no_message = Value::Null;
+    let message = value.get_mut("choices").and_then(|c| c.get_mut(0)).and_then(|c| c.get_mut("message")).unwrap_or(&mut no_message);
+    let mut calls: Vec<PartialCall> = match message.get_mut("tool_calls").and_then(Value::as_array_mut) {
+        Some(calls) => calls
+            .iter_mut()
+            .map(|call| PartialCall {
+                id: call["id"].as_str().unwrap_or_default().to_string(),
+                name: call["function"]["name"].as_str().unwrap_or_default().to_string(),
+                arguments: call.get_mut("function").map(take_arguments).unwrap_or_default(),
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     // The pre-tools `function_call` shape, still sent by some servers.
-    if calls.is_empty() && message["function_call"].is_object() {
-        let call = &message["function_call"];
+    if calls.is_empty()
+        && let Some(call) = message.get_mut("function_call").filter(|f| f.is_object())
+    {
         calls.push(PartialCall {
             id: String::new(),
             name: call["name"].as_str().unwrap_or_default().to_string(),
-            arguments: arguments_text(&call["arguments"]),
+            arguments: take_arguments(call),
         });
     }
-    let usage = parse_usage(&value["usage"]).unwrap_or_default();
-    complete(content, calls, choice["finish_reason"].as_str(), usage)
+    complete(content, calls, finish.as_deref(), usage)
+}
+
+/// Moves the `arguments` out of a function object (see [`arguments_text`]).
+fn take_arguments(function: &mut Value) -> String {
+    match function.get_mut("arguments").map(Value::take) {
+        Some(Value::String(text)) => text,
+        Some(other) => arguments_text(&other),
+        None => String::new(),
+    }
 }
 
 /// A streamed answer as it accumulates, one event at a time.
@@ -598,7 +699,7 @@ impl StreamAnswer {
             self.done = true;
             return false;
         }
-        let chunk: Value = match serde_json::from_str(data) {
+        let mut chunk: Value = match serde_json::from_str(data) {
             Ok(chunk) => chunk,
             Err(e) if event.event == "error" => {
                 self.error = Some(embedded_error(&Value::String(data.to_string()), "", ""));
@@ -624,10 +725,13 @@ impl StreamAnswer {
         if let Some(usage) = parse_usage(&chunk["usage"]) {
             self.usage = Some(usage);
         }
-        let Some(choice) = chunk["choices"].as_array().and_then(|c| c.first()) else {
+        let Some(choice) = chunk.get_mut("choices").and_then(Value::as_array_mut).and_then(|c| c.first_mut()) else {
             return true;
         };
-        let delta = &choice["delta"];
+        let finish_reason = choice["finish_reason"].as_str().map(str::to_string);
+        let mut no_delta = Value::Null;
+        // `get_mut`, never `IndexMut`, which panics on a non-object.
+        let delta = choice.get_mut("delta").unwrap_or(&mut no_delta);
         if let Some(piece) = content_text(&delta["content"]) {
             self.saw_content = true;
             if !piece.is_empty() {
@@ -638,14 +742,18 @@ impl StreamAnswer {
                 }
             }
         }
-        for call in delta["tool_calls"].as_array().into_iter().flatten() {
-            self.merge_call(call["index"].as_u64(), call["id"].as_str(), &call["function"]);
+        if let Some(calls) = delta.get_mut("tool_calls").and_then(Value::as_array_mut) {
+            for call in calls {
+                let (index, id) = (call["index"].as_u64(), call["id"].as_str().map(str::to_string));
+                let mut no_function = Value::Null;
+                self.merge_call(index, id.as_deref(), call.get_mut("function").unwrap_or(&mut no_function));
+            }
         }
-        if delta["function_call"].is_object() {
-            self.merge_call(Some(0), None, &delta["function_call"]);
+        if let Some(function) = delta.get_mut("function_call").filter(|f| f.is_object()) {
+            self.merge_call(Some(0), None, function);
         }
-        if let Some(reason) = choice["finish_reason"].as_str() {
-            self.finish_reason = Some(reason.to_string());
+        if let Some(reason) = finish_reason {
+            self.finish_reason = Some(reason);
         }
         true
     }
@@ -653,7 +761,7 @@ impl StreamAnswer {
     /// Merges a tool-call delta into the call at `index`. Without an index
     /// (some servers), a new id starts a new call and anything else extends
     /// the last one.
-    fn merge_call(&mut self, index: Option<u64>, id: Option<&str>, function: &Value) {
+    fn merge_call(&mut self, index: Option<u64>, id: Option<&str>, function: &mut Value) {
         let id = id.filter(|id| !id.is_empty());
         let key = match (index, self.last_call) {
             (Some(index), _) => index,
@@ -680,7 +788,12 @@ impl StreamAnswer {
                 call.name.push_str(name);
             }
         }
-        call.arguments.push_str(&arguments_text(&function["arguments"]));
+        let piece = take_arguments(function);
+        if call.arguments.is_empty() {
+            call.arguments = piece; // moved: the usual one-piece case copies nothing
+        } else {
+            call.arguments.push_str(&piece);
+        }
     }
 
     /// The response, given why reading stopped (`None`: the stream ended).
@@ -1093,6 +1206,50 @@ mod tests {
         assert_eq!(body["tools"][0]["function"]["name"], "f");
         assert_eq!(body["stream_options"], json!({"include_usage": true}));
         assert!(body.get("temperature").is_none());
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_cap_is_a_clear_error_streamed_or_not() {
+        use crate::testing::{MockLlm, MockReply};
+        let big = format!("{{\"content\":\"{}\"}}", "x".repeat(200_000));
+        for stream in [false, true] {
+            let mock = MockLlm::start(vec![MockReply::tool_call("write_file", big.clone()), MockReply::tool_call("write_file", big.clone())]);
+            let options = OpenAiOptions { retry: RetryPolicy::none(), ..OpenAiOptions::new(mock.base_url()) };
+            let request = ChatRequest { model: "m".into(), messages: vec![Message::user("hi")], tools: Arc::from(Vec::new()), max_tokens: 10, temperature: None };
+            let sink: Option<StreamSink> = stream.then(|| Arc::new(|_: &str| {}) as StreamSink);
+            let capped = OpenAiProvider::new(options.clone()).unwrap().with_max_response_bytes(100_000);
+            let response = capped.chat(&request, sink.clone()).await;
+            let error = response.error.unwrap_or_else(|| panic!("stream={stream}: accepted"));
+            assert!(!error.retryable, "stream={stream}");
+            assert!(error.message.contains("over the limit of 100000 bytes") && error.message.contains("max_tool_args_kb"), "{}", error.message);
+            assert!(response.tool_calls.is_empty());
+            // The default cap takes it whole.
+            let response = OpenAiProvider::new(options).unwrap().chat(&request, sink).await;
+            assert!(!response.is_error(), "stream={stream}: {:?}", response.error);
+            assert_eq!(response.tool_calls[0].function.arguments, big, "stream={stream}");
+        }
+        assert_eq!(response_cap(1024 * 1024), MIN_MAX_RESPONSE_BYTES);
+        assert_eq!(response_cap(100 * 1024 * 1024), 401 * 1024 * 1024);
+    }
+
+    #[test]
+    fn odd_shapes_never_panic_now_that_arguments_are_moved_out() {
+        for body in [
+            r#"{"choices":[{"message":{"tool_calls":[1, "x", null, {"function": 3}, {"function": {"name": "a", "arguments": 7}}]}}]}"#,
+            r#"{"choices":[{"message":{"function_call":{"name":"f"}}}]}"#,
+            r#"{"choices":[{"text":"legacy"}]}"#,
+        ] {
+            let response = parse_completion(body, "m", "e");
+            assert!(!response.is_error(), "{body}: {:?}", response.error);
+        }
+        let (attempt, _) = run_stream(concat!(
+            "data: {\"choices\":[1]}\n\n",
+            "data: {\"choices\":[{\"delta\":\"x\"}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"tool_calls\":[1,{\"function\":2},{\"index\":0,\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}],\"function_call\":3}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        ));
+        let calls = &attempt.response.tool_calls;
+        assert_eq!(calls.iter().map(|c| (c.function.name.as_str(), c.function.arguments.as_str())).collect::<Vec<_>>(), [("f", "{}")]);
     }
 
     #[test]

@@ -257,6 +257,12 @@ impl MockLlm {
         lock(&self.shared.log).0.len()
     }
 
+    /// The size in bytes of every chat request body received, in order,
+    /// without parsing them (for tests that bound what the host sends).
+    pub fn request_sizes(&self) -> Vec<usize> {
+        lock(&self.shared.log).0.iter().map(Bytes::len).collect()
+    }
+
     /// The last chat request body.
     pub fn last_request(&self) -> Option<Value> {
         let body = lock(&self.shared.log).0.last().cloned();

@@ -23,6 +23,10 @@ pub enum ToolError {
     /// The arguments are not a JSON object or do not fit the schema.
     #[error("invalid arguments for `{tool}`: {}", problems.join("; "))]
     InvalidArguments { tool: String, problems: Vec<String> },
+    /// The arguments are longer than `[agent] max_tool_args_kb` allows; the
+    /// call was not run.
+    #[error("the arguments of `{tool}` are {size} bytes, over the limit of {limit} (config [agent] max_tool_args_kb); split the work into smaller calls.")]
+    ArgumentsTooLarge { tool: String, size: usize, limit: usize },
     /// The plugin failed, trapped, timed out, or returned its own error.
     #[error(transparent)]
     Plugin(#[from] PluginError),

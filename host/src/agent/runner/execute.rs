@@ -66,8 +66,10 @@ impl Guards {
     }
 }
 
-/// Runs `calls` and returns their outcomes in call order.
-pub async fn run_calls(spec: &AgentRunSpec, calls: &[ToolCall], guards: &mut Guards) -> Vec<CallOutcome> {
+/// Runs `calls` and returns their outcomes in call order. A call with a
+/// refusal in `refused` (same order) is not run: the refusal is its result.
+pub async fn run_calls(spec: &AgentRunSpec, calls: &[ToolCall], mut refused: Vec<Option<String>>, guards: &mut Guards) -> Vec<CallOutcome> {
+    refused.resize(calls.len(), None);
     let mut outcomes = Vec::with_capacity(calls.len());
     let mut i = 0;
     while i < calls.len() {
@@ -75,8 +77,9 @@ pub async fn run_calls(spec: &AgentRunSpec, calls: &[ToolCall], guards: &mut Gua
         let end = if safe(&calls[i]) { i + calls[i..].iter().take_while(|c| safe(c)).count() } else { i + 1 };
         let batch: Vec<_> = calls[i..end]
             .iter()
-            .map(|call| {
-                let refusal = guards.check(spec, call);
+            .zip(refused[i..end].iter_mut())
+            .map(|(call, refusal)| {
+                let refusal = refusal.take().or_else(|| guards.check(spec, call));
                 run_one(spec, call, refusal)
             })
             .collect();

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::provider::{ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, Usage};
 use crate::session::{Message, Role, ToolCall};
 
-pub use spec::{AgentHook, AgentRunResult, AgentRunSpec, Checkpoint, CheckpointPhase, InjectionSource, StopReason, ToolEvent};
+pub use spec::{AgentHook, AgentRunResult, AgentRunSpec, Checkpoint, CheckpointPhase, CheckpointView, InjectionSource, StopReason, ToolEvent};
 
 use execute::{Guards, run_calls};
 use governance::{Governance, input_budget};
@@ -105,9 +105,12 @@ impl AgentRunner {
             if response.is_error() {
                 return run.fail(response.error);
             }
-            let calls: Vec<ToolCall> = response.tool_calls.iter().filter(|c| !c.function.name.trim().is_empty()).cloned().collect();
+            let named = |c: &ToolCall| !c.function.name.trim().is_empty();
             let wants_tools = matches!(response.finish_reason, Some(FinishReason::ToolCalls) | Some(FinishReason::Stop) | None);
-            if !calls.is_empty() && wants_tools {
+            if wants_tools && response.tool_calls.iter().any(named) {
+                // Moved, not cloned: the arguments may be megabytes.
+                let mut response = response;
+                let calls: Vec<ToolCall> = std::mem::take(&mut response.tool_calls).into_iter().filter(named).collect();
                 self.run_tools(run, iteration, response.content.filter(|c| !c.trim().is_empty()), calls).await;
                 run.inject(INJECTIONS_PER_DRAIN);
                 notify(&spec.hooks, |h| h.after_iteration(iteration));
@@ -157,11 +160,13 @@ impl AgentRunner {
     }
 
     /// Appends the assistant's calls, runs them, appends the results, with a
-    /// checkpoint before and after.
-    async fn run_tools(&self, run: &mut Run<'_>, iteration: usize, text: Option<String>, calls: Vec<ToolCall>) {
+    /// checkpoint before and after. Calls over the arguments cap are
+    /// bounded first: they are refused, and only their bounded form is kept.
+    async fn run_tools(&self, run: &mut Run<'_>, iteration: usize, text: Option<String>, mut calls: Vec<ToolCall>) {
+        let refusals: Vec<Option<String>> = calls.iter_mut().map(|call| bound_call(call, run.spec.max_tool_args_bytes)).collect();
         run.messages.push(Message::assistant_calls(text, calls.clone()));
         run.checkpoint(CheckpointPhase::AwaitingTools, iteration, &calls);
-        let outcomes = run_calls(run.spec, &calls, &mut run.guards).await;
+        let outcomes = run_calls(run.spec, &calls, refusals, &mut run.guards).await;
         for (call, outcome) in calls.iter().zip(outcomes) {
             run.tools_used.push(call.function.name.clone());
             run.messages.push(Message::tool_result(&call.id, &call.function.name, outcome.text));
@@ -254,13 +259,7 @@ impl Run<'_> {
 
     fn checkpoint(&self, phase: CheckpointPhase, iteration: usize, pending: &[ToolCall]) {
         if let Some(save) = &self.spec.checkpoint {
-            let checkpoint = Checkpoint {
-                phase,
-                iteration,
-                messages: self.messages[self.run_start..].to_vec(),
-                pending_tool_calls: pending.to_vec(),
-            };
-            save(&checkpoint);
+            save(&CheckpointView { phase, iteration, messages: &self.messages[self.run_start..], pending_tool_calls: pending });
         }
     }
 
@@ -288,6 +287,49 @@ impl Run<'_> {
     }
 }
 
+/// Bytes of an oversized call's arguments kept in history, so the model
+/// sees what it sent.
+pub const OVERSIZED_ARGS_PREFIX: usize = 256;
+
+/// Longest tool name or call id kept as the model wrote it.
+pub const MAX_CALL_NAME: usize = 256;
+
+/// Bounds what one call carries into history. Arguments over `limit` bytes
+/// are replaced by a JSON object (still a JSON string, as providers require
+/// on replay) naming their size and holding a short prefix; the call is
+/// then refused with the returned error text. An absurd name or id is
+/// clipped (a name that long is no tool's, an id that long is replaced).
+fn bound_call(call: &mut ToolCall, limit: usize) -> Option<String> {
+    if call.function.name.len() > MAX_CALL_NAME {
+        let name = clip(&call.function.name, MAX_CALL_NAME);
+        call.function.name = format!("{name}…");
+    }
+    if call.id.len() > MAX_CALL_NAME {
+        call.id = format!("call_clipped_{}", blake3::hash(call.id.as_bytes()).to_hex().get(..16).unwrap_or_default());
+    }
+    let arguments = &call.function.arguments;
+    let size = arguments.len();
+    if size <= limit {
+        return None;
+    }
+    let bounded = serde_json::json!({
+        "_omitted": format!("{size} bytes of arguments, over the limit of {limit}; the call was not run"),
+        "_prefix": clip(arguments, OVERSIZED_ARGS_PREFIX),
+    });
+    call.function.arguments = bounded.to_string();
+    let error = crate::tools::ToolError::ArgumentsTooLarge { tool: call.function.name.clone(), size, limit };
+    Some(format!("Error: {error}"))
+}
+
+/// The longest prefix of `text` of at most `max` bytes, on a char boundary.
+fn clip(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 fn is_blank(response: &ChatResponse) -> bool {
     response.tool_calls.is_empty() && response.content.as_deref().is_none_or(|t| t.trim().is_empty())
 }
@@ -301,5 +343,39 @@ fn notify(hooks: &[Arc<dyn AgentHook>], call: impl Fn(&dyn AgentHook) -> Result<
         if let Err(e) = call(hook.as_ref()) {
             tracing::warn!("agent hook failed: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_call_is_bounded_to_valid_json_and_refused() {
+        let args = format!("{{\"content\":\"{}\"}}", "é".repeat(1000));
+        let mut call = ToolCall::new("c1", "write_file", args.clone());
+        assert_eq!(bound_call(&mut call, args.len()), None, "at the limit: untouched");
+        assert_eq!(call.function.arguments, args);
+
+        let refusal = bound_call(&mut call, 1024).expect("refused");
+        assert_eq!(
+            refusal,
+            format!("Error: the arguments of `write_file` are {} bytes, over the limit of 1024 (config [agent] max_tool_args_kb); split the work into smaller calls.", args.len())
+        );
+        let kept: serde_json::Value = serde_json::from_str(&call.function.arguments).expect("still JSON");
+        let prefix = kept["_prefix"].as_str().unwrap();
+        assert!(args.starts_with(prefix) && prefix.len() <= OVERSIZED_ARGS_PREFIX && prefix.len() > OVERSIZED_ARGS_PREFIX - 4, "cut on a char boundary");
+        assert!(kept["_omitted"].as_str().unwrap().contains(&args.len().to_string()));
+        assert_eq!((call.id.as_str(), call.function.name.as_str()), ("c1", "write_file"));
+    }
+
+    #[test]
+    fn absurd_names_and_ids_are_clipped() {
+        let mut a = ToolCall::new("i".repeat(10_000), "n".repeat(10_000), "{}");
+        let mut b = ToolCall::new(format!("{}x", "i".repeat(10_000)), "ok", "{}");
+        assert_eq!(bound_call(&mut a, 1024), None);
+        bound_call(&mut b, 1024);
+        assert!(a.function.name.len() <= MAX_CALL_NAME + 3 && a.id.len() <= MAX_CALL_NAME);
+        assert_ne!(a.id, b.id, "clipped ids stay distinct");
     }
 }

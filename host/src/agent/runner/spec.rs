@@ -26,6 +26,10 @@ pub struct AgentRunSpec {
     /// Tool results longer than this are saved to the workspace and replaced
     /// by a reference with a preview.
     pub max_tool_result_chars: usize,
+    /// A call whose arguments are longer than this (bytes) is not run: its
+    /// result is an error asking for smaller calls, and the assistant
+    /// message keeps only a bounded form of the arguments.
+    pub max_tool_args_bytes: usize,
     /// Completion token cap per request.
     pub max_tokens: u32,
     /// Sampling temperature.
@@ -41,7 +45,7 @@ pub struct AgentRunSpec {
     /// Identifies the conversation to plugins.
     pub call_context: CallContext,
     /// Receives each checkpoint; the turn persists it.
-    pub checkpoint: Option<Arc<dyn Fn(&Checkpoint) + Send + Sync>>,
+    pub checkpoint: Option<Arc<dyn Fn(&CheckpointView<'_>) + Send + Sync>>,
     /// Messages that arrived for this session while the run was going.
     pub injections: Option<Arc<dyn InjectionSource>>,
     /// Streams answer text as it arrives.
@@ -98,17 +102,41 @@ pub struct AgentRunResult {
     pub had_injections: bool,
 }
 
-/// The runner's progress, persisted so a crash or `/stop` loses nothing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Checkpoint {
+/// The runner's progress as it hands it to the checkpoint callback,
+/// borrowed: a checkpoint costs no copy of the run's messages.
+///
+/// The run only ever appends to `messages`: a message handed over once is
+/// never changed later, so a persister may write each one once.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckpointView<'a> {
     /// `awaiting_tools`, `tools_completed` or `final_response`.
     pub phase: CheckpointPhase,
     /// Iteration the checkpoint was taken in.
     pub iteration: usize,
     /// Everything this run added so far (assistant messages, tool results,
     /// injected messages).
-    pub messages: Vec<Message>,
+    pub messages: &'a [Message],
     /// Calls of the last assistant message that have no result yet.
+    pub pending_tool_calls: &'a [ToolCall],
+}
+
+/// The checkpoint as persisted in the session's metadata, so a crash or
+/// `/stop` loses nothing (RESTORE materialises it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// `awaiting_tools`, `tools_completed` or `final_response`.
+    pub phase: CheckpointPhase,
+    /// Iteration the checkpoint was taken in.
+    pub iteration: usize,
+    /// Messages of the run the session does not hold yet. The turn appends
+    /// the run's messages to the session as they come, so it writes none
+    /// here; records written before that hold the whole run, and RESTORE
+    /// appends only what the session's tail lacks.
+    #[serde(default)]
+    pub messages: Vec<Message>,
+    /// Calls of the last assistant message that have no result yet. Only
+    /// the id and name are needed (the call itself is in the session), so
+    /// the turn writes them without arguments.
     pub pending_tool_calls: Vec<ToolCall>,
 }
 

@@ -142,6 +142,9 @@ pub struct TurnContext {
     pub ephemeral: bool,
     /// The runner's full result (RUN → SAVE).
     pub run_result: Option<AgentRunResult>,
+    /// How many of the run's messages the checkpoints already appended to
+    /// the session (RUN → SAVE).
+    pub checkpointed_messages: usize,
     /// A `message` tool already delivered to this chat during the turn.
     pub sent_to_chat: bool,
     /// The reply (RESPOND), also for COMMAND shortcuts.
@@ -175,6 +178,7 @@ impl TurnContext {
             stream: None,
             ephemeral: false,
             run_result: None,
+            checkpointed_messages: 0,
             sent_to_chat: false,
             outbound: None,
             started: Instant::now(),
