@@ -13,17 +13,14 @@ use chitin::session::{JsonlStore, Role, SessionStore as _};
 use chitin::testing::{MockLlm, MockReply};
 use serde_json::{Value, json};
 
-const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
+mod common;
+
 const MIB: usize = 1024 * 1024;
 
+/// `chitin ARGS` talking to `mock`.
 fn chitin(home: &Path, mock: &MockLlm, args: &[&str]) -> Command {
-    let mut cmd = Command::new(CHITIN);
-    cmd.args(args)
-        .env("CHITIN_HOME", home)
-        .env("OPENAI_BASE_URL", mock.base_url())
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("CHITIN_MODEL")
-        .env_remove("RUST_LOG");
+    let mut cmd = common::chitin(home, args);
+    cmd.env("OPENAI_BASE_URL", mock.base_url()).env_remove("RUST_LOG");
     cmd
 }
 
@@ -185,7 +182,7 @@ fn an_8_mb_tool_error_reaches_the_model_cut_and_the_session_stays_small() {
     let home = tempfile::tempdir().unwrap();
     std::fs::write(home.path().join("config.toml"), "[plugins.hostile]\nworkspace = \"read-write\"\n").unwrap();
     let install = run_measured({
-        let mut cmd = chitin(home.path(), &mock, &["plugin", "install", env!("CHITIN_HOSTILE_WASM")]);
+        let mut cmd = chitin(home.path(), &mock, &["plugin", "install", common::HOSTILE_WASM]);
         cmd.env_remove("OPENAI_BASE_URL");
         cmd
     });

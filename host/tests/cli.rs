@@ -2,41 +2,16 @@
 //! built-in `fs` plugin, the SDK example, a scripted mock LLM, and a
 //! `kill -9` in the middle of a turn.
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+mod common;
+use common::*;
+
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use chitin::session::{JsonlStore, Role, SessionStore as _};
 use chitin::testing::{MockLlm, MockReply};
 use serde_json::{Value, json};
 
-const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
-const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
-
-/// The binary under test. `CHITIN_TEST_BIN` overrides it: with a target
-/// dir shared by several checkouts, `target/release/chitin` is whichever
-/// checkout linked last, so a run can point at its own copy.
-fn chitin_bin() -> String {
-    std::env::var("CHITIN_TEST_BIN").unwrap_or_else(|_| CHITIN.to_string())
-}
-
-fn chitin(home: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(chitin_bin());
-    cmd.args(args).env("CHITIN_HOME", home).env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL").env_remove("CHITIN_MODEL");
-    cmd
-}
-
-fn run(mut cmd: impl std::borrow::BorrowMut<Command>) -> Output {
-    cmd.borrow_mut().output().expect("chitin runs")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 #[test]
 fn tool_call_runs_the_builtin_fs_plugin_without_any_setup() {

@@ -2,16 +2,16 @@
 //! text with terminal escapes, a closed stdout, files that are not plugins,
 //! plugins that collide with built-ins or each other, large arguments.
 
+mod common;
+use common::*;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use chitin::testing::{MockLlm, MockReply};
 use serde_json::{Value, json};
 
-const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
-const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
-const HOSTILE_WASM: &str = env!("CHITIN_HOSTILE_WASM");
 
 /// Every control sequence a terminal would obey that the attack suite used:
 /// window title (OSC 0), clipboard write (OSC 52), cursor up (CSI), carriage
@@ -19,31 +19,6 @@ const HOSTILE_WASM: &str = env!("CHITIN_HOSTILE_WASM");
 const HOSTILE_TEXT: &str = "ok\x1b]0;owned\x07\x1b]52;c;cGF3bmVk\x07\r\x1b[2A\u{9b}31m\u{202e}txt";
 /// The same, as `chitin::text::for_terminal` shows it.
 const HOSTILE_SHOWN: &str = "ok\\x1b]0;owned\\x07\\x1b]52;c;cGF3bmVk\\x07\\x0d\\x1b[2A\\x9b31m\\u{202e}txt";
-
-/// The binary under test. `CHITIN_TEST_BIN` overrides it: with a target
-/// dir shared by several checkouts, `target/release/chitin` is whichever
-/// checkout linked last, so a run can point at its own copy.
-fn chitin_bin() -> String {
-    std::env::var("CHITIN_TEST_BIN").unwrap_or_else(|_| CHITIN.to_string())
-}
-
-fn chitin(home: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(chitin_bin());
-    cmd.args(args).env("CHITIN_HOME", home).env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL").env_remove("CHITIN_MODEL");
-    cmd
-}
-
-fn run(mut cmd: impl std::borrow::BorrowMut<Command>) -> Output {
-    cmd.borrow_mut().output().expect("chitin runs")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// No byte a terminal acts on: ESC, BEL, CR, a C1 CSI (raw or UTF-8 encoded),
 /// U+202E (UTF-8 `e2 80 ae`).

@@ -5,50 +5,15 @@
 //! call works.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::*;
 
 use chitin::testing::{MockLlm, MockReply};
 use serde_json::json;
 
-const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
-const HOSTILE_WASM: &str = env!("CHITIN_HOSTILE_WASM");
-
-fn chitin(home: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(CHITIN);
-    cmd.args(args).env("CHITIN_HOME", home).env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL").env_remove("CHITIN_MODEL");
-    cmd
-}
-
-/// Runs `cmd` to completion, but fails the test (and kills the process)
-/// if it is still running after `limit`: the attacks here are about hangs.
-fn run_within(mut cmd: Command, limit: Duration) -> Output {
-    let mut child: Child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("chitin runs");
-    let started = Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!("chitin did not exit within {limit:?}; stderr: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn run(cmd: Command) -> Output {
-    run_within(cmd, Duration::from_secs(120))
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 fn mkfifo(path: &Path) {
     let status = Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
@@ -140,14 +105,14 @@ fn a_fifo_in_the_workspace_hangs_neither_a_call_nor_the_process() {
     // The plugin opens it: refused at open-at, at once.
     let started = Instant::now();
     let out = run_within(
-        chitin(&home, &["tool", "call", "read_path", "--args", r#"{"path":"pipe"}"#, "--plugin", HOSTILE_WASM, "--workspace", ws_arg]),
+        &mut chitin(&home, &["tool", "call", "read_path", "--args", r#"{"path":"pipe"}"#, "--plugin", HOSTILE_WASM, "--workspace", ws_arg]),
         Duration::from_secs(20),
     );
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(!stderr(&out).contains("stopped after"), "the call must not wait for its deadline: {}", stderr(&out));
     eprintln!("FIFO refusal took {:?}", started.elapsed());
     // The built-in fs plugin too.
-    let out = run_within(chitin(&home, &["tool", "call", "read_file", "--args", r#"{"path":"pipe"}"#, "--workspace", ws_arg]), Duration::from_secs(20));
+    let out = run_within(&mut chitin(&home, &["tool", "call", "read_file", "--args", r#"{"path":"pipe"}"#, "--workspace", ws_arg]), Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
 
     // The host's own reads: a FIFO as AGENTS.md, memory and archive, through
@@ -166,7 +131,7 @@ fn a_fifo_in_the_workspace_hangs_neither_a_call_nor_the_process() {
     std::fs::copy(HOSTILE_WASM, home.join("plugins/hostile.wasm")).unwrap();
     let mut cmd = chitin(&home, &["agent", "-m", "read the pipe"]);
     cmd.env("OPENAI_BASE_URL", mock.base_url());
-    let out = run_within(cmd, Duration::from_secs(30));
+    let out = run_within(&mut cmd, Duration::from_secs(30));
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "done despite the pipe");
     let requests = mock.requests();
@@ -188,7 +153,7 @@ fn a_compile_bomb_is_stopped_in_the_compile_child_and_the_host_carries_on() {
     std::fs::write(&bomb, chitin::testing::bomb::compile_bomb(locals, depth)).unwrap();
 
     let started = Instant::now();
-    let out = run_within(chitin(&home, &["tool", "call", "boom", "--plugin", bomb.to_str().unwrap(), "--workspace", ws_arg]), Duration::from_secs(60));
+    let out = run_within(&mut chitin(&home, &["tool", "call", "boom", "--plugin", bomb.to_str().unwrap(), "--workspace", ws_arg]), Duration::from_secs(60));
     eprintln!("bomb stopped after {:?}", started.elapsed());
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(stderr(&out).contains("more than 2 s of CPU") && stderr(&out).contains("compile_cpu_secs"), "{}", stderr(&out));
@@ -200,7 +165,7 @@ fn a_compile_bomb_is_stopped_in_the_compile_child_and_the_host_carries_on() {
 
     // Past the locals cap it is refused before any compiling.
     std::fs::write(&bomb, chitin::testing::bomb::compile_bomb(chitin::plugins::compile::MAX_FUNCTION_LOCALS + 1, 2)).unwrap();
-    let out = run_within(chitin(&home, &["tool", "call", "boom", "--plugin", bomb.to_str().unwrap(), "--workspace", ws_arg]), Duration::from_secs(20));
+    let out = run_within(&mut chitin(&home, &["tool", "call", "boom", "--plugin", bomb.to_str().unwrap(), "--workspace", ws_arg]), Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("plugin bomb is refused: function 1 declares 5001 locals (at most 5000)"), "{}", stderr(&out));
 }
