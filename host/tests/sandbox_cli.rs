@@ -238,3 +238,24 @@ fn onboard_does_not_write_through_a_planted_link() {
     assert!(stderr(&out).contains("AGENTS.md"), "{}", stderr(&out));
     assert!(ws.join("SOUL.md").is_file() && ws.join("skills").is_dir());
 }
+
+#[test]
+fn an_http_denial_names_the_port_when_another_port_of_the_host_is_granted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    let home = hostile_home(tmp.path(), &ws, "");
+    // Nothing listens there: the request must be refused before any connect.
+    let url = "http://127.0.0.1:9/x";
+    let grant = |network: &str| {
+        let config = std::fs::read_to_string(home.join("config.toml")).unwrap();
+        let config = config.lines().filter(|l| !l.starts_with("network")).collect::<Vec<_>>().join("\n");
+        std::fs::write(home.join("config.toml"), format!("{config}\nnetwork = [{network}]\n")).unwrap();
+    };
+    grant("\"127.0.0.1:1\"");
+    let out = run(chitin(&home, &["tool", "call", "http_get", "--args", &json!({"url": url}).to_string()]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains(r#"add "127.0.0.1:9" to `network` under [plugins.hostile]"#), "{}", stderr(&out));
+    grant("\"example.com\"");
+    let out = run(chitin(&home, &["tool", "call", "http_get", "--args", &json!({"url": url}).to_string()]));
+    assert!(stderr(&out).contains(r#"add "127.0.0.1" to `network` under [plugins.hostile]"#), "{}", stderr(&out));
+}
