@@ -25,8 +25,8 @@ pub use super::bindings::v0_2::wit::{
 pub const MAX_STATE_BYTES: usize = 64 * 1024;
 /// Most actions one step may carry.
 pub const MAX_ACTIONS: usize = 64;
-/// Largest message text (inbound or streamed), in bytes: 16 KiB covers a
-/// 4096-character message of any script with room to spare.
+/// Largest message text of an emit, in bytes: a 4096-character message of
+/// any script is at most 16 KiB, so this leaves room for longer platforms.
 pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 /// Largest id, name, URL or header value.
 pub const MAX_SHORT_BYTES: usize = 4 * 1024;
