@@ -145,6 +145,7 @@ fn print_plugin(p: &LoadedPlugin) -> std::io::Result<()> {
             outln!("  {}", shown(line, 4096, "description"))?;
         }
     }
+    outln!("world: {}", p.world)?;
     outln!("capabilities:")?;
     outln!("  workspace: asks {}, granted {}", m.capabilities.workspace, p.grant.workspace)?;
     let asked = if m.capabilities.network.is_empty() { "none".to_string() } else { m.capabilities.network.join(", ") };
