@@ -9,7 +9,8 @@
 //! - [`sandbox`] and [`http`]: the per-call store, WASI context and HTTP policy;
 //! - [`world`] and [`bindings`]: which world a component implements, and the
 //!   bindings of each package version, side by side;
-//! - [`runtime`]: loading, preparing and calling tools;
+//! - [`runtime`]: loading and preparing, the per-call store and failures;
+//! - [`tool`]: calling a tool (0.1.0 and 0.2.0 components);
 //! - [`channel`]: calling a channel component, and the bounds on its steps;
 //! - [`catalog`]: the set of plugins a process runs with (built-in,
 //!   installed, given on the command line).
@@ -27,6 +28,7 @@ pub mod limits;
 pub mod manifest;
 pub mod runtime;
 pub mod sandbox;
+pub mod tool;
 pub mod world;
 
 pub use catalog::{BUILTIN_PLUGINS, PluginCatalog};

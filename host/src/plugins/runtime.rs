@@ -1,5 +1,5 @@
 //! The plugin runtime: loads components, prepares them once, and runs every
-//! tool call in a fresh, sandboxed instance.
+//! call in a fresh, sandboxed instance.
 //!
 //! Lifecycle, cheapest first:
 //! 1. [`PluginRuntime::load`] reads the manifest (a parser pass, no compile)
@@ -15,8 +15,8 @@
 //! The world a component implements (`tool-plugin` of 0.1.0 or 0.2.0,
 //! `channel-plugin` of 0.2.0) is read from its exports at load
 //! ([`super::world`]); `prepare` links the matching `InstancePre`. Tool calls
-//! are here ([`PluginRuntime::call`]); channel callbacks, which share the
-//! store, limits and failure naming below, are in [`super::channel`].
+//! are in [`super::tool`], channel callbacks in [`super::channel`]; both use
+//! the store, limits and failure naming here.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,13 +30,13 @@ use super::bindings::{v0_1, v0_2};
 use super::error::Call;
 use super::cache::{ComponentCache, ContentHash, content_hash};
 use super::compile::{self, Isolation};
-use super::engine::{EpochTicker, TICK, build_engine};
+use super::engine::{EpochTicker, build_engine};
 use super::grants::{Grant, GrantConfig};
 use super::limits::Limits;
 use super::manifest::Manifest;
 use super::sandbox::{self, ProgressSink, StoreState};
 use super::world::World;
-use super::{PluginError, ToolFailure};
+use super::PluginError;
 
 /// Where a plugin came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,18 +56,7 @@ impl std::fmt::Display for PluginSource {
     }
 }
 
-/// Identifies the conversation a call belongs to (the WIT `call-context`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CallContext {
-    /// `{channel}:{chat_id}` or an override.
-    pub session_key: String,
-    /// Channel name.
-    pub channel: String,
-    /// Chat id on the channel.
-    pub chat_id: String,
-    /// The model's tool-call id.
-    pub call_id: String,
-}
+pub use super::tool::CallContext;
 
 /// A loaded plugin: manifest, grant, and its compiled form once needed.
 pub struct LoadedPlugin {
@@ -235,74 +224,6 @@ impl PluginRuntime {
         Ok(pre)
     }
 
-    /// Runs `tool` of `plugin` with `args_json` in a fresh sandbox. The
-    /// arguments must already be validated (see `tools::ToolRegistry`).
-    pub async fn call(
-        &self,
-        plugin: &LoadedPlugin,
-        tool: &str,
-        args_json: &str,
-        ctx: &CallContext,
-        progress: Option<ProgressSink>,
-    ) -> Result<String, PluginError> {
-        if plugin.world.is_channel() {
-            return Err(PluginError::WrongWorld { plugin: plugin.name.to_string(), world: plugin.world, wanted: "tools" });
-        }
-        let pre = self.prepared(plugin).await?;
-        let _slot = self.slot().await;
-        let read_only = plugin.manifest.tools.iter().any(|t| t.name == tool && t.read_only);
-        let mut store = self.new_store(plugin, progress, read_only)?;
-        // Host calls (a sleeping guest, a slow HTTP response) do not advance
-        // epochs, so the whole call also runs under a wall-clock timeout.
-        let run = async {
-            match pre {
-                Prepared::ToolV0_1(pre) => {
-                    let wit_ctx = v0_1::WitCallContext {
-                        session_key: ctx.session_key.clone(),
-                        channel: ctx.channel.clone(),
-                        chat_id: ctx.chat_id.clone(),
-                        call_id: ctx.call_id.clone(),
-                    };
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    let result = instance.chitin_plugin_tool().call_invoke(&mut store, tool, args_json, &wit_ctx).await?;
-                    Ok(result.map_err(|e| match e {
-                        v0_1::WitToolError::UnknownTool(m) => (ToolFailure::UnknownTool, m),
-                        v0_1::WitToolError::InvalidArgs(m) => (ToolFailure::InvalidArgs, m),
-                        v0_1::WitToolError::Failed(m) => (ToolFailure::Failed, m),
-                        v0_1::WitToolError::Denied(m) => (ToolFailure::Denied, m),
-                    }))
-                }
-                Prepared::ToolV0_2(pre) => {
-                    let wit_ctx = v0_2::WitCallContext {
-                        session_key: ctx.session_key.clone(),
-                        channel: ctx.channel.clone(),
-                        chat_id: ctx.chat_id.clone(),
-                        call_id: ctx.call_id.clone(),
-                    };
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    let result = instance.chitin_plugin_tool().call_invoke(&mut store, tool, args_json, &wit_ctx).await?;
-                    Ok(result.map_err(|e| match e {
-                        v0_2::WitToolError::UnknownTool(m) => (ToolFailure::UnknownTool, m),
-                        v0_2::WitToolError::InvalidArgs(m) => (ToolFailure::InvalidArgs, m),
-                        v0_2::WitToolError::Failed(m) => (ToolFailure::Failed, m),
-                        v0_2::WitToolError::Denied(m) => (ToolFailure::Denied, m),
-                    }))
-                }
-                // Refused above; kept as an error, never a panic.
-                Prepared::ChannelV0_2(_) => Err(wasmtime::Error::msg("a channel plugin has no tools")),
-            }
-        };
-        let outcome = tokio::time::timeout(self.limits.timeout() + TICK, run).await;
-        let call = Call::Tool(tool.to_string());
-        match self.settle(plugin, &call, outcome, &store)? {
-            Err((kind, message)) => Err(guest_error(kind, message, &self.limits)),
-            Ok(text) if text.len() > self.limits.max_output_bytes() => {
-                Err(Failure::OutputTooLarge(text.len()).into_error(&plugin.name, call, &self.limits))
-            }
-            Ok(text) => Ok(text),
-        }
-    }
-
     /// A fresh store for one call to `plugin`: its sandbox, the memory and
     /// table limiter, and the epoch deadline of `[limits] timeout_ms`.
     pub(super) fn new_store(&self, plugin: &LoadedPlugin, progress: Option<ProgressSink>, read_only: bool) -> Result<Store<StoreState>, PluginError> {
@@ -368,7 +289,7 @@ pub(super) enum Failure {
 }
 
 impl Failure {
-    fn into_error(self, plugin: &str, call: Call, limits: &Limits) -> PluginError {
+    pub(super) fn into_error(self, plugin: &str, call: Call, limits: &Limits) -> PluginError {
         let (plugin, tool) = (plugin.to_string(), call);
         match self {
             Failure::Timeout => PluginError::Timeout { plugin, call: tool, limit_ms: limits.timeout_ms },
@@ -426,10 +347,3 @@ fn with_stderr(message: String, stderr: &str) -> String {
     if tail.is_empty() { message } else { format!("{message}; stderr: {}", crate::text::clip_for_terminal(tail, 500, "stderr")) }
 }
 
-/// The guest's own error, cut to [`MAX_ERROR_BYTES`] (and the output cap)
-/// with a marker, and made safe to show.
-fn guest_error(kind: ToolFailure, message: String, limits: &Limits) -> PluginError {
-    let cap = MAX_ERROR_BYTES.min(limits.max_output_bytes());
-    let message = crate::text::clip_for_terminal(&message, cap, "error");
-    PluginError::Tool { kind, message }
-}

@@ -95,3 +95,40 @@ impl std::fmt::Display for World {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasm_encoder::{Component, ComponentExportKind, ComponentExportSection, ComponentInstanceSection};
+
+    /// A component exporting one empty instance under each of `names`.
+    fn exporting(names: &[&str]) -> Vec<u8> {
+        let mut component = Component::new();
+        let mut instances = ComponentInstanceSection::new();
+        for _ in names {
+            instances.export_items(std::iter::empty::<(&str, ComponentExportKind, u32)>());
+        }
+        component.section(&instances);
+        let mut exports = ComponentExportSection::new();
+        for (i, name) in names.iter().enumerate() {
+            exports.export(*name, ComponentExportKind::Instance, i as u32, None);
+        }
+        component.section(&exports);
+        component.finish()
+    }
+
+    #[test]
+    fn the_world_is_the_one_chitin_export() {
+        assert_eq!(World::detect(&exporting(&[TOOL_V0_1])), Ok(World::ToolV0_1));
+        assert_eq!(World::detect(&exporting(&[TOOL_V0_2])), Ok(World::ToolV0_2));
+        assert_eq!(World::detect(&exporting(&["wasi:cli/run@0.2.0", CHANNEL_V0_2])), Ok(World::ChannelV0_2));
+    }
+
+    #[test]
+    fn no_chitin_export_or_several_are_refused_with_what_was_found() {
+        let err = World::detect(&exporting(&["chitin:plugin/tool@0.3.0"])).unwrap_err();
+        assert!(err.message.contains("chitin:plugin/tool@0.3.0"), "{err}");
+        let err = World::detect(&exporting(&[TOOL_V0_1, CHANNEL_V0_2])).unwrap_err();
+        assert!(err.message.contains("several worlds"), "{err}");
+    }
+}
