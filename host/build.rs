@@ -4,14 +4,15 @@
 
 fn main() {
     let plugins = [("fs", "chitin-plugin-fs")];
-    // The SDK example and the hostile test guest are built alongside (one
-    // nested cargo run, in parallel): the CLI tests and the benchmark call
-    // them through the real binary. Neither is embedded.
+    // The SDK example, the hostile test guest and the echo channel are built
+    // alongside (one nested cargo run, in parallel): the CLI tests and the
+    // benchmarks call them. None is embedded.
     let mut packages: Vec<&str> = plugins.iter().map(|(_, package)| *package).collect();
-    packages.extend(["hello-tool", "hostile-guest"]);
+    packages.extend(["hello-tool", "hostile-guest", "echo-channel"]);
     let paths = chitin_xbuild::build_components(&packages);
     println!("cargo:rustc-env=CHITIN_HELLO_WASM={}", paths[plugins.len()].display());
     println!("cargo:rustc-env=CHITIN_HOSTILE_WASM={}", paths[plugins.len() + 1].display());
+    println!("cargo:rustc-env=CHITIN_ECHO_CHANNEL_WASM={}", paths[plugins.len() + 2].display());
     let entries: String = plugins
         .iter()
         .zip(&paths)

@@ -120,3 +120,126 @@ async fn pack_replaces_the_manifest_and_the_component_still_runs() {
     assert_eq!(host.plugin.manifest.name, "repacked");
     assert_eq!(host.call("echo", json!({"text": "packed"})).await.unwrap(), "packed");
 }
+
+/// A channel manifest using every part of the `channel` section.
+fn valid_channel() -> Value {
+    json!({
+        "manifest_version": 1,
+        "name": "chat",
+        "version": "1.0.0",
+        "capabilities": {"network": ["api.chat.example", "hooks.chat.example:8443"]},
+        "channel": {
+            "receive": ["poll", "webhook", "socket"],
+            "secrets": [
+                {"name": "bot_token", "audience": "api.chat.example", "inject": ["url", "header"]},
+                {"name": "gateway_token", "audience": "hooks.chat.example:8443", "inject": ["frame"]},
+                {"name": "signing_secret"}
+            ],
+            "webhook": {
+                "route": "/chat/events",
+                "verify": {
+                    "kind": "hmac-sha256", "header": "X-Chat-Signature", "timestamp_header": "X-Chat-Timestamp",
+                    "basestring": "v0:{timestamp}:{body}", "window_secs": 300, "secret": "signing_secret", "signature_prefix": "v0="
+                }
+            },
+            "limits": {"max_text": 4096, "edit_interval_ms": 1000, "typing_refresh_ms": 4000, "rate_per_chat_per_min": 20},
+            "poll": {"interval_ms": 0, "timeout_secs": 50}
+        }
+    })
+}
+
+fn channel_rejected(edit: impl FnOnce(&mut Value)) -> (String, String) {
+    let mut value = valid_channel();
+    edit(&mut value);
+    let err = Manifest::from_json(value.to_string().as_bytes()).expect_err("must be rejected");
+    (err.field.clone(), err.to_string())
+}
+
+#[test]
+fn a_valid_channel_manifest_parses_with_each_verification_recipe() {
+    let m = Manifest::from_json(valid_channel().to_string().as_bytes()).unwrap();
+    let channel = m.channel.as_ref().unwrap();
+    assert!(m.tools.is_empty());
+    assert_eq!(channel.secrets.len(), 3);
+    assert_eq!(channel.poll.as_ref().unwrap().timeout_secs, 50);
+    let mut header = valid_channel();
+    header["channel"]["webhook"]["verify"] =
+        json!({"kind": "header-secret", "header": "X-Telegram-Bot-Api-Secret-Token", "secret": "signing_secret"});
+    Manifest::from_json(header.to_string().as_bytes()).unwrap();
+    let mut ed = valid_channel();
+    ed["channel"]["webhook"]["verify"] = json!({
+        "kind": "ed25519", "header": "X-Signature-Ed25519", "timestamp_header": "X-Signature-Timestamp",
+        "basestring": "{timestamp}{body}", "public_key": "ab".repeat(32)
+    });
+    ed["channel"]["secrets"].as_array_mut().unwrap().pop();
+    Manifest::from_json(ed.to_string().as_bytes()).unwrap();
+    // Limits and poll timing have defaults; only `receive` is required.
+    let minimal = json!({"manifest_version": 1, "name": "p", "version": "1", "channel": {"receive": ["poll"]}});
+    let m = Manifest::from_json(minimal.to_string().as_bytes()).unwrap();
+    assert_eq!(m.channel.unwrap().limits.max_text, 4096);
+}
+
+#[test]
+fn invalid_channel_sections_name_the_field() {
+    let verify = "channel.webhook.verify";
+    let cases: Vec<(String, Box<dyn FnOnce(&mut Value)>)> = vec![
+        ("tools".into(), Box::new(|v| v["tools"] = valid()["tools"].clone())),
+        ("channel.receive".into(), Box::new(|v| v["channel"]["receive"] = json!([]))),
+        ("channel.receive[1]".into(), Box::new(|v| v["channel"]["receive"] = json!(["poll", "poll"]))),
+        ("channel.secrets[0].name".into(), Box::new(|v| v["channel"]["secrets"][0]["name"] = json!("Bot-Token"))),
+        ("channel.secrets[1].name".into(), Box::new(|v| v["channel"]["secrets"][1]["name"] = json!("bot_token"))),
+        ("channel.secrets[0].audience".into(), Box::new(|v| v["channel"]["secrets"][0]["audience"] = json!("evil.example"))),
+        ("channel.secrets[0].audience".into(), Box::new(|v| v["channel"]["secrets"][0]["audience"] = json!("https://api.chat.example/"))),
+        ("channel.secrets[0].audience".into(), Box::new(|v| {
+            v["capabilities"]["network"] = json!(["*.chat.example", "hooks.chat.example:8443"]);
+            v["channel"]["secrets"][0]["audience"] = json!("*.chat.example");
+        })),
+        ("channel.secrets[0].audience".into(), Box::new(|v| { v["channel"]["secrets"][0].as_object_mut().unwrap().remove("audience"); })),
+        ("channel.secrets[0].inject".into(), Box::new(|v| v["channel"]["secrets"][0]["inject"] = json!([]))),
+        ("channel.secrets[0].inject[1]".into(), Box::new(|v| v["channel"]["secrets"][0]["inject"] = json!(["url", "url"]))),
+        ("channel.secrets[1].inject[0]".into(), Box::new(|v| v["channel"]["receive"] = json!(["poll", "webhook"]))),
+        ("channel.secrets[2]".into(), Box::new(|v| v["channel"]["webhook"]["verify"]["secret"] = json!("bot_token"))),
+        ("channel.webhook".into(), Box::new(|v| { v["channel"].as_object_mut().unwrap().remove("webhook"); })),
+        ("channel.webhook".into(), Box::new(|v| v["channel"]["receive"] = json!(["poll", "socket"]))),
+        ("channel.webhook.route".into(), Box::new(|v| v["channel"]["webhook"]["route"] = json!("chat"))),
+        ("channel.webhook.route".into(), Box::new(|v| v["channel"]["webhook"]["route"] = json!("/chat/../admin"))),
+        (format!("{verify}.header"), Box::new(|v| v["channel"]["webhook"]["verify"]["header"] = json!("X Sig"))),
+        (format!("{verify}.timestamp_header"), Box::new(|v| v["channel"]["webhook"]["verify"]["timestamp_header"] = json!(""))),
+        (format!("{verify}.basestring"), Box::new(|v| v["channel"]["webhook"]["verify"]["basestring"] = json!("{body}"))),
+        (format!("{verify}.window_secs"), Box::new(|v| v["channel"]["webhook"]["verify"]["window_secs"] = json!(0))),
+        (format!("{verify}.secret"), Box::new(|v| v["channel"]["webhook"]["verify"]["secret"] = json!("nope"))),
+        (format!("{verify}.signature_prefix"), Box::new(|v| v["channel"]["webhook"]["verify"]["signature_prefix"] = json!("\u{1b}[31m"))),
+        (format!("{verify}.public_key"), Box::new(|v| {
+            v["channel"]["webhook"]["verify"] = json!({
+                "kind": "ed25519", "header": "X-Sig", "timestamp_header": "X-Ts", "basestring": "{timestamp}{body}", "public_key": "xyz"
+            });
+        })),
+        ("channel.limits.max_text".into(), Box::new(|v| v["channel"]["limits"]["max_text"] = json!(0))),
+        ("channel.limits.edit_interval_ms".into(), Box::new(|v| v["channel"]["limits"]["edit_interval_ms"] = json!(10))),
+        ("channel.limits.typing_refresh_ms".into(), Box::new(|v| v["channel"]["limits"]["typing_refresh_ms"] = json!(100))),
+        ("channel.limits.rate_per_chat_per_min".into(), Box::new(|v| v["channel"]["limits"]["rate_per_chat_per_min"] = json!(0))),
+        ("channel.poll".into(), Box::new(|v| v["channel"]["receive"] = json!(["webhook", "socket"]))),
+        ("channel.poll.interval_ms".into(), Box::new(|v| v["channel"]["poll"]["interval_ms"] = json!(3_600_001))),
+        ("channel.poll.timeout_secs".into(), Box::new(|v| v["channel"]["poll"]["timeout_secs"] = json!(0))),
+    ];
+    for (field, edit) in cases {
+        let (got, message) = channel_rejected(edit);
+        assert_eq!(got, field, "{message}");
+        assert!(message.contains(&field), "{message}");
+    }
+}
+
+#[test]
+fn unknown_channel_fields_and_recipes_are_errors() {
+    let (_, message) = channel_rejected(|v| v["channel"]["webhook"]["verify"]["kind"] = json!("md5"));
+    assert!(message.contains("md5"), "{message}");
+    let (_, message) = channel_rejected(|v| v["channel"]["receive"] = json!(["carrier-pigeon"]));
+    assert!(message.contains("carrier-pigeon"), "{message}");
+    let (_, message) = channel_rejected(|v| v["channel"]["limits"]["max_txt"] = json!(1));
+    assert!(message.contains("max_txt"), "{message}");
+    let (_, message) = channel_rejected(|v| v["channel"]["webhook"]["verify"]["windowsecs"] = json!(1));
+    assert!(message.contains("windowsecs"), "{message}");
+    // A tool plugin (no channel section) still needs a tool.
+    let (field, _) = rejected(|v| v["tools"] = json!([]));
+    assert_eq!(field, "tools");
+}

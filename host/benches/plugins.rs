@@ -5,7 +5,8 @@
 //! (validation + WASI context + instantiate + call + drop) for a trivial tool;
 //! calls per second with parallel callers; process start to first result
 //! with a warm cache; startup with 50 installed plugins; compiling the
-//! built-in fs plugin in the compile child vs in process.
+//! built-in fs plugin in the compile child vs in process; the cost of one
+//! channel callback (fresh instance + call + step bounds check).
 
 use std::path::Path;
 use std::process::Command;
@@ -19,6 +20,7 @@ use chitin::plugins::{CallContext, PluginRuntime, PluginSource, RuntimeConfig};
 use serde_json::json;
 
 const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
+const ECHO_CHANNEL_WASM: &str = env!("CHITIN_ECHO_CHANNEL_WASM");
 const CHITIN_BIN: &str = env!("CARGO_BIN_EXE_chitin");
 
 fn main() {
@@ -27,6 +29,7 @@ fn main() {
     let hello = std::fs::read(HELLO_WASM).expect("hello-tool is built by host/build.rs");
 
     println!("chitin plugin benchmark (hello-tool, {} KiB)", hello.len() / 1024);
+    rt.block_on(channel_callback(home.path()));
     load_cold_vs_warm(&rt, &hello, home.path());
     compile_child_vs_in_process(&rt, home.path());
     let app = App::open(DataDir::at(home.path()), AppOptions { extra_plugins: vec![HELLO_WASM.into()], ..Default::default() }).unwrap();
@@ -164,6 +167,43 @@ fn fifty_plugins(hello: &[u8]) {
     run();
     let times: Vec<Duration> = (0..5).map(|_| run()).collect();
     println!("process start with 50 installed plugins to a tool result (warm): median {:.1} ms", ms(median(times)));
+}
+
+/// One channel callback as the channel manager will make it: a fresh
+/// instance of the echo channel, `poll-response` with one update, the step
+/// checked against its bounds, the store dropped; and `poll-request`.
+async fn channel_callback(home: &Path) {
+    use chitin::plugins::channel::{Callback, HttpResponse};
+    let bytes: Arc<[u8]> = std::fs::read(ECHO_CHANNEL_WASM).expect("echo-channel is built by host/build.rs").into();
+    let runtime = PluginRuntime::new(RuntimeConfig { workspace: home.to_path_buf(), cache_dir: None, limits: Default::default() }).unwrap();
+    let plugin = runtime.load(PluginSource::File(ECHO_CHANNEL_WASM.into()), bytes.clone(), &Default::default()).unwrap();
+    runtime.prepare(&plugin).await.unwrap();
+    let response = HttpResponse { status: 200, headers: vec![], body: br#"{"updates":[{"id":7,"text":"hello"}]}"#.to_vec() };
+    let state = b"6".to_vec();
+    for _ in 0..200 {
+        runtime.channel_step(&plugin, Callback::PollResponse(&response), &state).await.unwrap();
+    }
+    let mut step = Vec::with_capacity(5000);
+    let mut request = Vec::with_capacity(5000);
+    for _ in 0..5000 {
+        let started = Instant::now();
+        let next = runtime.channel_step(&plugin, Callback::PollResponse(&response), &state).await.unwrap();
+        step.push(started.elapsed());
+        assert_eq!(next.state, b"8");
+        let started = Instant::now();
+        runtime.channel_poll_request(&plugin, &next.state).await.unwrap();
+        request.push(started.elapsed());
+    }
+    let (p50, p99) = percentiles(&mut step);
+    let (r50, r99) = percentiles(&mut request);
+    println!(
+        "channel callback (instantiate + poll-response with 1 update + bounds + drop, echo-channel {} KiB): p50 {:.1} µs, p99 {:.1} µs; poll-request p50 {:.1} µs, p99 {:.1} µs (target ≤ 50 µs)",
+        bytes.len() / 1024,
+        us(p50),
+        us(p99),
+        us(r50),
+        us(r99)
+    );
 }
 
 fn percentiles(samples: &mut [Duration]) -> (Duration, Duration) {

@@ -162,3 +162,26 @@ async fn kill_9_during_a_turn_loses_nothing() {
     let last = &mock.requests()[2];
     assert!(last["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool" && m["content"].as_str().unwrap().starts_with("wrote")));
 }
+
+#[test]
+fn a_channel_plugin_is_inspected_installed_and_listed_with_its_world() {
+    let home = tempfile::tempdir().unwrap();
+    let out = run(chitin(home.path(), &["plugin", "inspect", ECHO_CHANNEL_WASM]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("world: channel-plugin@0.2.0"), "{text}");
+    assert!(text.contains("receive:  poll, webhook") && text.contains("secret:   token: to api.example.test, in url"), "{text}");
+    assert!(!text.contains("tools:"), "{text}");
+    let out = run(chitin(home.path(), &["plugin", "inspect", HELLO_WASM]));
+    assert!(stdout(&out).contains("world: tool-plugin@0.1.0"), "{}", stdout(&out));
+
+    // Install compiles and links it as a channel component.
+    let out = run(chitin(home.path(), &["plugin", "install", ECHO_CHANNEL_WASM]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(chitin(home.path(), &["plugin", "list"]));
+    assert!(stdout(&out).contains("echo-channel"), "{}", stdout(&out));
+    // It offers no tools, and the fs tools are still there.
+    let out = run(chitin(home.path(), &["tool", "list"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("read_file"), "{}", stdout(&out));
+}

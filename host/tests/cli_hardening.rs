@@ -368,12 +368,14 @@ fn reinstalling_a_plugin_replaces_it_atomically() {
 fn install_refuses_a_component_that_does_not_link() {
     let home = tempfile::tempdir().unwrap();
     // A component with a valid manifest and nothing else: no `tool` export.
+    // It is refused at load, before compiling: the world is read from the
+    // component's exports.
     let empty = write_file(home.path(), "empty-component.wasm", wasm_encoder::Component::new().finish());
     let hollow = pack(home.path(), "hollow", &manifest_toml("hollow", "1.0.0", &["nothing"]), empty.to_str().unwrap());
     let out = run(chitin(home.path(), &["plugin", "install", hollow.to_str().unwrap()]));
     assert_eq!(out.status.code(), Some(1));
     let text = stderr(&out);
-    assert!(text.contains("hollow") && text.contains("cannot be linked"), "{text}");
+    assert!(text.contains("hollow") && text.contains("exports none of `chitin:plugin/tool@0.1.0`"), "{text}");
     assert!(plugin_files(home.path()).is_empty());
 }
 

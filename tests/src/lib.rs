@@ -20,6 +20,13 @@ pub const HOSTILE_WASM: &str = env!("CHITIN_HOSTILE_WASM");
 /// The SDK example component, built by `build.rs`.
 pub const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
 
+/// The echo channel (a `chitin:plugin@0.2.0` channel plugin with hostile
+/// behaviours), built by `build.rs`.
+pub const ECHO_CHANNEL_WASM: &str = env!("CHITIN_ECHO_CHANNEL_WASM");
+
+/// A `chitin:plugin@0.2.0` tool plugin, built by `build.rs`.
+pub const ECHO_TOOL_V2_WASM: &str = env!("CHITIN_ECHO_TOOL_V2_WASM");
+
 /// Reads a built guest.
 pub fn guest_bytes(path: &str) -> Arc<[u8]> {
     std::fs::read(path).unwrap_or_else(|e| panic!("guest component {path} missing ({e}); the build script builds it")).into()

@@ -145,6 +145,7 @@ fn print_plugin(p: &LoadedPlugin) -> std::io::Result<()> {
             outln!("  {}", shown(line, 4096, "description"))?;
         }
     }
+    outln!("world: {}", p.world)?;
     outln!("capabilities:")?;
     outln!("  workspace: asks {}, granted {}", m.capabilities.workspace, p.grant.workspace)?;
     let asked = if m.capabilities.network.is_empty() { "none".to_string() } else { m.capabilities.network.join(", ") };
@@ -153,6 +154,26 @@ fn print_plugin(p: &LoadedPlugin) -> std::io::Result<()> {
     outln!("  network:   asks {}, granted {}", shown(&asked, 4096, "network"), shown(&granted, 4096, "network"))?;
     for note in &p.grant_notes {
         outln!("  note: {}", shown(note, 1024, "note"))?;
+    }
+    if let Some(channel) = &m.channel {
+        let receive: Vec<String> = channel.receive.iter().map(|r| format!("{r:?}").to_lowercase()).collect();
+        outln!("channel:")?;
+        outln!("  receive:  {}", receive.join(", "))?;
+        for secret in &channel.secrets {
+            let inject: Vec<String> = secret.inject.iter().map(|i| format!("{i:?}").to_lowercase()).collect();
+            let audience = secret.audience.as_deref().unwrap_or("none (host-side only)");
+            let line = format!("{}: to {audience}, in {}", secret.name, if inject.is_empty() { "nothing".into() } else { inject.join(", ") });
+            outln!("  secret:   {}", shown(&line, 1024, "secret"))?;
+        }
+        if let Some(webhook) = &channel.webhook {
+            outln!("  webhook:  {}", shown(&webhook.route, 128, "route"))?;
+        }
+        let l = &channel.limits;
+        outln!(
+            "  limits:   {} chars, edit every {} ms, typing every {} ms, {} per chat/min",
+            l.max_text, l.edit_interval_ms, l.typing_refresh_ms, l.rate_per_chat_per_min
+        )?;
+        return Ok(());
     }
     outln!("tools:")?;
     for t in &m.tools {

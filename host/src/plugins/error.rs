@@ -40,32 +40,89 @@ pub enum PluginError {
     #[error("cannot open workspace {path} for plugin {plugin}: {message}")]
     Workspace { plugin: String, path: PathBuf, message: String },
     /// The call ran past its deadline and was stopped.
-    #[error("tool `{tool}` of plugin {plugin} was stopped after {limit_ms} ms (time limit; config [limits] timeout_ms)")]
-    Timeout { plugin: String, tool: String, limit_ms: u64 },
+    #[error("{call} of plugin {plugin} was stopped after {limit_ms} ms (time limit; config [limits] timeout_ms)")]
+    Timeout { plugin: String, call: Call, limit_ms: u64 },
     /// The guest tried to grow its memory past the cap.
-    #[error("tool `{tool}` of plugin {plugin} ran out of memory (limit {limit_mb} MiB; config [limits] memory_mb)")]
-    OutOfMemory { plugin: String, tool: String, limit_mb: u64 },
+    #[error("{call} of plugin {plugin} ran out of memory (limit {limit_mb} MiB; config [limits] memory_mb)")]
+    OutOfMemory { plugin: String, call: Call, limit_mb: u64 },
     /// The guest held more host resources than the call may.
-    #[error("tool `{tool}` of plugin {plugin} opened more than {limit} host resources at once (files, streams, HTTP requests and headers; config [limits] max_resources)")]
-    TooManyResources { plugin: String, tool: String, limit: u32 },
+    #[error("{call} of plugin {plugin} opened more than {limit} host resources at once (files, streams, HTTP requests and headers; config [limits] max_resources)")]
+    TooManyResources { plugin: String, call: Call, limit: u32 },
     /// The guest called `exit` instead of returning.
-    #[error("tool `{tool}` of plugin {plugin} exited with status {code} instead of returning a result")]
-    Exited { plugin: String, tool: String, code: i32 },
+    #[error("{call} of plugin {plugin} exited with status {code} instead of returning a result")]
+    Exited { plugin: String, call: Call, code: i32 },
     /// The guest recursed too deep.
-    #[error("tool `{tool}` of plugin {plugin} overflowed its stack (recursion too deep)")]
-    StackOverflow { plugin: String, tool: String },
+    #[error("{call} of plugin {plugin} overflowed its stack (recursion too deep)")]
+    StackOverflow { plugin: String, call: Call },
     /// The guest panicked; `message` is its panic text when it printed one.
-    #[error("tool `{tool}` of plugin {plugin} panicked: {message}")]
-    Panicked { plugin: String, tool: String, message: String },
+    #[error("{call} of plugin {plugin} panicked: {message}")]
+    Panicked { plugin: String, call: Call, message: String },
     /// Any other trap.
-    #[error("tool `{tool}` of plugin {plugin} crashed: {message}")]
-    Trap { plugin: String, tool: String, message: String },
+    #[error("{call} of plugin {plugin} crashed: {message}")]
+    Trap { plugin: String, call: Call, message: String },
     /// The result was larger than the output cap.
-    #[error("tool `{tool}` of plugin {plugin} returned {size} bytes, over the {limit} byte limit (config [limits] max_output_kb); ask for less output")]
-    OutputTooLarge { plugin: String, tool: String, size: usize, limit: usize },
+    #[error("{call} of plugin {plugin} returned {size} bytes, over the {limit} byte limit (config [limits] max_output_kb); ask for less output")]
+    OutputTooLarge { plugin: String, call: Call, size: usize, limit: usize },
     /// The tool ran and returned its own typed error.
     #[error("{kind}: {message}")]
     Tool { kind: ToolFailure, message: String },
+    /// The plugin was asked for something its world does not export (a tool
+    /// call to a channel plugin, a channel callback to a tool plugin).
+    #[error("plugin {plugin} is a {world} plugin; it has no {wanted}")]
+    WrongWorld { plugin: String, world: super::world::World, wanted: &'static str },
+    /// A channel callback returned a state blob past the cap; the state is
+    /// not committed.
+    #[error("{call} of plugin {plugin} returned a state of {size} bytes, over the {limit} byte limit; the state is not committed")]
+    StateTooLarge { plugin: String, call: Call, size: usize, limit: usize },
+    /// A channel callback returned more actions than a step may carry.
+    #[error("{call} of plugin {plugin} returned {count} actions, over the limit of {limit} per step; nothing of the step is kept")]
+    TooManyActions { plugin: String, call: Call, count: usize, limit: usize },
+    /// A text or byte field of a channel callback's result is past its cap.
+    #[error("{call} of plugin {plugin} returned {field} of {size} bytes, over the {limit} byte limit; nothing of the step is kept")]
+    FieldTooLarge { plugin: String, call: Call, field: String, size: usize, limit: usize },
+    /// A channel callback's result breaks a rule of the step (a `respond`
+    /// outside `on-webhook`, a URL that is not http(s), too many headers).
+    #[error("{call} of plugin {plugin} returned an invalid {field}: {message}; nothing of the step is kept")]
+    InvalidStep { plugin: String, call: Call, field: String, message: String },
+    /// The channel callback ran and returned its own error.
+    #[error("{call} of plugin {plugin} failed ({kind}): {message}")]
+    Channel { plugin: String, call: Call, kind: ChannelFailure, message: String },
+}
+
+/// What a failed call was, for the error text: a tool or a channel callback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// `tool.invoke` of this tool.
+    Tool(String),
+    /// A callback of the `channel` interface (`poll-response`, ...).
+    Channel(&'static str),
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Call::Tool(name) => write!(f, "tool `{name}`"),
+            Call::Channel(callback) => write!(f, "channel callback `{callback}`"),
+        }
+    }
+}
+
+/// The cases of the WIT `channel-error` variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelFailure {
+    /// Try again later.
+    Transient,
+    /// Stop the channel; do not restart it.
+    Fatal,
+}
+
+impl std::fmt::Display for ChannelFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ChannelFailure::Transient => "transient",
+            ChannelFailure::Fatal => "fatal",
+        })
+    }
 }
 
 /// The cases of the WIT `tool-error` variant.

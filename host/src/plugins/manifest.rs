@@ -6,7 +6,12 @@
 //!
 //! This module owns parsing, validation and packing (embedding a manifest into
 //! a component built in any language). It does not decide grants: a manifest
-//! only *asks*; see [`super::grants`].
+//! only *asks*; see [`super::grants`]. A channel plugin's `channel` section has
+//! its own module, [`channel`].
+
+pub mod channel;
+
+pub use channel::ChannelSpec;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -34,11 +39,17 @@ pub struct Manifest {
     /// One line for humans.
     #[serde(default)]
     pub description: String,
-    /// The tools the plugin exports through `chitin:plugin/tool.invoke`.
+    /// The tools the plugin exports through `chitin:plugin/tool.invoke`;
+    /// none for a channel plugin.
+    #[serde(default)]
     pub tools: Vec<ToolSpec>,
     /// What the plugin asks to be granted.
     #[serde(default)]
     pub capabilities: Capabilities,
+    /// A channel plugin's receive modes, secrets, webhook and limits; absent
+    /// for a tool plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<ChannelSpec>,
 }
 
 /// One tool as the model will see it.
@@ -126,7 +137,7 @@ pub struct ManifestError {
 pub const CONTAINER: &str = "component";
 
 impl ManifestError {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         ManifestError { field: field.into(), message: one_line(&message.into()) }
     }
 
@@ -218,8 +229,14 @@ impl Manifest {
         if self.version.trim().is_empty() {
             return Err(ManifestError::new("version", "must not be empty"));
         }
-        if self.tools.is_empty() {
-            return Err(ManifestError::new("tools", "a plugin must export at least one tool"));
+        match &self.channel {
+            Some(_) if !self.tools.is_empty() => {
+                return Err(ManifestError::new("tools", "a channel plugin exports no tools (the channel world has no `tool` interface)"));
+            }
+            None if self.tools.is_empty() => {
+                return Err(ManifestError::new("tools", "a plugin must export at least one tool"));
+            }
+            _ => {}
         }
         let mut seen = std::collections::HashSet::new();
         for (i, tool) in self.tools.iter().enumerate() {
@@ -237,8 +254,11 @@ impl Manifest {
         if let Some(name) = self.capabilities.host.first() {
             return Err(ManifestError::new(
                 "capabilities.host[0]",
-                format!("unknown host interface `{name}` (chitin:plugin@0.1.0 has no privileged interfaces)"),
+                format!("unknown host interface `{name}` (chitin:plugin@0.1.0 and 0.2.0 have no privileged interfaces)"),
             ));
+        }
+        if let Some(channel) = &self.channel {
+            channel.validate(&self.capabilities)?;
         }
         Ok(())
     }

@@ -1,4 +1,5 @@
-//! Plugins: untrusted WebAssembly components that provide tools.
+//! Plugins: untrusted WebAssembly components that provide tools and chat
+//! channels.
 //!
 //! This module is the only one that knows wasmtime. Read it in this order:
 //! - [`manifest`]: what a component declares (read without running it);
@@ -6,11 +7,16 @@
 //! - [`limits`]: per-call resource caps;
 //! - [`engine`] and [`cache`]: the shared engine and compiled-component cache;
 //! - [`sandbox`] and [`http`]: the per-call store, WASI context and HTTP policy;
-//! - [`runtime`]: loading, preparing and calling;
+//! - [`world`] and [`bindings`]: which world a component implements, and the
+//!   bindings of each package version, side by side;
+//! - [`runtime`]: loading and preparing, the per-call store and failures;
+//! - [`tool`]: calling a tool (0.1.0 and 0.2.0 components);
+//! - [`channel`]: calling a channel component, and the bounds on its steps;
 //! - [`catalog`]: the set of plugins a process runs with (built-in,
 //!   installed, given on the command line).
 
 pub mod bindings;
+pub mod channel;
 pub mod cache;
 pub mod catalog;
 pub mod compile;
@@ -22,9 +28,11 @@ pub mod limits;
 pub mod manifest;
 pub mod runtime;
 pub mod sandbox;
+pub mod tool;
+pub mod world;
 
 pub use catalog::{BUILTIN_PLUGINS, PluginCatalog};
-pub use error::{PluginError, ToolFailure};
+pub use error::{Call, ChannelFailure, PluginError, ToolFailure};
 pub use grants::{Grant, GrantConfig};
 pub use limits::Limits;
 pub use manifest::{Manifest, ToolSpec, WorkspaceAccess};

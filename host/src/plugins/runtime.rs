@@ -1,5 +1,5 @@
 //! The plugin runtime: loads components, prepares them once, and runs every
-//! tool call in a fresh, sandboxed instance.
+//! call in a fresh, sandboxed instance.
 //!
 //! Lifecycle, cheapest first:
 //! 1. [`PluginRuntime::load`] reads the manifest (a parser pass, no compile)
@@ -11,6 +11,12 @@
 //! 3. Every call: a new `Store` with its own WASI context, limits and
 //!    deadline; instantiate from the `InstancePre` (pooling: microseconds);
 //!    invoke; drop. Nothing survives to the next call.
+//!
+//! The world a component implements (`tool-plugin` of 0.1.0 or 0.2.0,
+//! `channel-plugin` of 0.2.0) is read from its exports at load
+//! ([`super::world`]); `prepare` links the matching `InstancePre`. Tool calls
+//! are in [`super::tool`], channel callbacks in [`super::channel`]; both use
+//! the store, limits and failure naming here.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,15 +26,17 @@ use tokio::sync::Semaphore;
 use wasmtime::component::Linker;
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
-use super::bindings::{ToolPluginPre, WitCallContext, WitToolError};
+use super::bindings::{v0_1, v0_2};
+use super::error::Call;
 use super::cache::{ComponentCache, ContentHash, content_hash};
 use super::compile::{self, Isolation};
-use super::engine::{EpochTicker, TICK, build_engine};
+use super::engine::{EpochTicker, build_engine};
 use super::grants::{Grant, GrantConfig};
 use super::limits::Limits;
 use super::manifest::Manifest;
 use super::sandbox::{self, ProgressSink, StoreState};
-use super::{PluginError, ToolFailure};
+use super::world::World;
+use super::PluginError;
 
 /// Where a plugin came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,18 +56,7 @@ impl std::fmt::Display for PluginSource {
     }
 }
 
-/// Identifies the conversation a call belongs to (the WIT `call-context`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CallContext {
-    /// `{channel}:{chat_id}` or an override.
-    pub session_key: String,
-    /// Channel name.
-    pub channel: String,
-    /// Chat id on the channel.
-    pub chat_id: String,
-    /// The model's tool-call id.
-    pub call_id: String,
-}
+pub use super::tool::CallContext;
 
 /// A loaded plugin: manifest, grant, and its compiled form once needed.
 pub struct LoadedPlugin {
@@ -71,10 +68,19 @@ pub struct LoadedPlugin {
     pub grant: Grant,
     /// Capabilities it asked for and did not get, one note each.
     pub grant_notes: Vec<String>,
+    /// The world it implements, read from its exports.
+    pub world: World,
     name: Arc<str>,
     hash: ContentHash,
     bytes: Arc<[u8]>,
-    prepared: tokio::sync::OnceCell<Result<ToolPluginPre<StoreState>, Arc<PluginError>>>,
+    prepared: tokio::sync::OnceCell<Result<Prepared, Arc<PluginError>>>,
+}
+
+/// A component linked for its world: what every call instantiates from.
+pub(super) enum Prepared {
+    ToolV0_1(v0_1::ToolPluginPre<StoreState>),
+    ToolV0_2(v0_2::tool::ToolPluginPre<StoreState>),
+    ChannelV0_2(v0_2::channel::ChannelPluginPre<StoreState>),
 }
 
 impl LoadedPlugin {
@@ -151,20 +157,20 @@ impl PluginRuntime {
 
     /// Reads and validates a plugin without compiling it.
     pub fn load(&self, source: PluginSource, bytes: Arc<[u8]>, grants: &GrantConfig) -> Result<LoadedPlugin, PluginError> {
-        let manifest = read_manifest(&source, &bytes)?;
-        Ok(Self::loaded(source, bytes, manifest, grants))
+        let (manifest, world) = read_manifest(&source, &bytes)?;
+        Ok(Self::loaded(source, bytes, manifest, world, grants))
     }
 
     /// Reads a plugin file and loads it with the grant `grants` gives its name.
     pub fn load_file(&self, path: &Path, grants: impl FnOnce(&str) -> GrantConfig) -> Result<LoadedPlugin, PluginError> {
         let bytes: Arc<[u8]> = std::fs::read(path).map_err(|source| PluginError::Io { path: path.to_path_buf(), source })?.into();
         let source = PluginSource::File(path.to_path_buf());
-        let manifest = read_manifest(&source, &bytes)?;
+        let (manifest, world) = read_manifest(&source, &bytes)?;
         let grant = grants(&manifest.name);
-        Ok(Self::loaded(source, bytes, manifest, &grant))
+        Ok(Self::loaded(source, bytes, manifest, world, &grant))
     }
 
-    fn loaded(source: PluginSource, bytes: Arc<[u8]>, manifest: Manifest, grants: &GrantConfig) -> LoadedPlugin {
+    fn loaded(source: PluginSource, bytes: Arc<[u8]>, manifest: Manifest, world: World, grants: &GrantConfig) -> LoadedPlugin {
         let (grant, grant_notes) = Grant::resolve(&manifest.name, &manifest.capabilities, grants);
         LoadedPlugin {
             name: manifest.name.as_str().into(),
@@ -173,6 +179,7 @@ impl PluginRuntime {
             source,
             grant,
             grant_notes,
+            world,
             bytes,
             prepared: tokio::sync::OnceCell::new(),
         }
@@ -185,7 +192,7 @@ impl PluginRuntime {
         self.prepared(plugin).await.map(|_| ())
     }
 
-    async fn prepared<'a>(&self, plugin: &'a LoadedPlugin) -> Result<&'a ToolPluginPre<StoreState>, PluginError> {
+    pub(super) async fn prepared<'a>(&self, plugin: &'a LoadedPlugin) -> Result<&'a Prepared, PluginError> {
         // A failure is kept too: a component that does not compile (a bomb
         // stopped at its CPU limit) is not compiled again on every call.
         let prepared = plugin.prepared.get_or_init(|| async { self.compile_and_link(plugin).await.map_err(Arc::new) }).await;
@@ -194,7 +201,7 @@ impl PluginRuntime {
 
     /// The cached artifact if the host wrote one, else a fresh compile (then
     /// cached), linked against this runtime's interfaces.
-    async fn compile_and_link(&self, plugin: &LoadedPlugin) -> Result<ToolPluginPre<StoreState>, PluginError> {
+    async fn compile_and_link(&self, plugin: &LoadedPlugin) -> Result<Prepared, PluginError> {
         let started = Instant::now();
         let (component, hit) = match self.cache.lookup(&self.engine, &plugin.hash) {
             Some(component) => (component, true),
@@ -204,64 +211,65 @@ impl PluginRuntime {
                 (component, false)
             }
         };
-        let pre = self
-            .linker
-            .instantiate_pre(&component)
-            .and_then(ToolPluginPre::new)
-            .map_err(|e| PluginError::Link { plugin: plugin.name.to_string(), message: format!("{e:#}") })?;
-        tracing::debug!(plugin = %plugin.name, cache_hit = hit, ms = started.elapsed().as_secs_f64() * 1e3, "plugin prepared");
+        let link = || -> wasmtime::Result<Prepared> {
+            let pre = self.linker.instantiate_pre(&component)?;
+            Ok(match plugin.world {
+                World::ToolV0_1 => Prepared::ToolV0_1(v0_1::ToolPluginPre::new(pre)?),
+                World::ToolV0_2 => Prepared::ToolV0_2(v0_2::tool::ToolPluginPre::new(pre)?),
+                World::ChannelV0_2 => Prepared::ChannelV0_2(v0_2::channel::ChannelPluginPre::new(pre)?),
+            })
+        };
+        let pre = link().map_err(|e| PluginError::Link { plugin: plugin.name.to_string(), message: format!("{e:#}") })?;
+        tracing::debug!(plugin = %plugin.name, world = %plugin.world, cache_hit = hit, ms = started.elapsed().as_secs_f64() * 1e3, "plugin prepared");
         Ok(pre)
     }
 
-    /// Runs `tool` of `plugin` with `args_json` in a fresh sandbox. The
-    /// arguments must already be validated (see `tools::ToolRegistry`).
-    pub async fn call(
-        &self,
-        plugin: &LoadedPlugin,
-        tool: &str,
-        args_json: &str,
-        ctx: &CallContext,
-        progress: Option<ProgressSink>,
-    ) -> Result<String, PluginError> {
-        let pre = self.prepared(plugin).await?;
-        let _slot = self.slots.acquire().await.expect("the call semaphore is never closed");
-        let read_only = plugin.manifest.tools.iter().any(|t| t.name == tool && t.read_only);
+    /// A fresh store for one call to `plugin`: its sandbox, the memory and
+    /// table limiter, and the epoch deadline of `[limits] timeout_ms`.
+    pub(super) fn new_store(&self, plugin: &LoadedPlugin, progress: Option<ProgressSink>, read_only: bool) -> Result<Store<StoreState>, PluginError> {
         let state = StoreState::new(&plugin.name, &plugin.grant, &self.workspace, &self.limits, progress, read_only)?;
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
-        let timeout = self.limits.timeout();
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + self.limits.timeout();
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {
             Ok(if Instant::now() >= deadline { UpdateDeadline::Interrupt } else { UpdateDeadline::Yield(1) })
         });
-        let wit_ctx = WitCallContext {
-            session_key: ctx.session_key.clone(),
-            channel: ctx.channel.clone(),
-            chat_id: ctx.chat_id.clone(),
-            call_id: ctx.call_id.clone(),
-        };
-        // Host calls (a sleeping guest, a slow HTTP response) do not advance
-        // epochs, so the whole call also runs under a wall-clock timeout.
-        let run = async {
-            let instance = pre.instantiate_async(&mut store).await?;
-            instance.chitin_plugin_tool().call_invoke(&mut store, tool, args_json, &wit_ctx).await
-        };
-        let outcome = tokio::time::timeout(timeout + TICK, run).await;
+        Ok(store)
+    }
+
+    /// Waits for a call slot (`[limits] max_concurrent_calls`).
+    pub(super) async fn slot(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.slots.acquire().await.expect("the call semaphore is never closed")
+    }
+
+    /// The outcome of a guest call run under `tokio::time::timeout` (see
+    /// [`PluginRuntime::call`]): the guest's value, or the trap or timeout
+    /// named. Reports the text the guest's budget dropped.
+    pub(super) fn settle<T>(
+        &self,
+        plugin: &LoadedPlugin,
+        call: &Call,
+        outcome: Result<wasmtime::Result<T>, tokio::time::error::Elapsed>,
+        store: &Store<StoreState>,
+    ) -> Result<T, PluginError> {
         store.data().report_dropped_text();
-        let failure = |kind: Failure| kind.into_error(&plugin.name, tool, &self.limits);
         match outcome {
-            Err(_elapsed) => Err(failure(Failure::Timeout)),
-            Ok(Err(trap)) => Err(failure(classify(&trap, store.data()))),
-            Ok(Ok(Err(tool_error))) => Err(guest_error(tool_error, &self.limits)),
-            Ok(Ok(Ok(text))) if text.len() > self.limits.max_output_bytes() => Err(failure(Failure::OutputTooLarge(text.len()))),
-            Ok(Ok(Ok(text))) => Ok(text),
+            Err(_elapsed) => Err(Failure::Timeout.into_error(&plugin.name, call.clone(), &self.limits)),
+            Ok(Err(trap)) => Err(classify(&trap, store.data()).into_error(&plugin.name, call.clone(), &self.limits)),
+            Ok(Ok(value)) => Ok(value),
         }
     }
 }
 
-fn read_manifest(source: &PluginSource, bytes: &[u8]) -> Result<Manifest, PluginError> {
-    Manifest::from_component(bytes).map_err(|e| PluginError::Manifest { plugin: source.to_string(), source: e })
+/// The manifest and the world of a component, checked against each other,
+/// without compiling it.
+fn read_manifest(source: &PluginSource, bytes: &[u8]) -> Result<(Manifest, World), PluginError> {
+    let error = |e| PluginError::Manifest { plugin: source.to_string(), source: e };
+    let manifest = Manifest::from_component(bytes).map_err(error)?;
+    let world = World::detect(bytes).map_err(error)?;
+    world.check(&manifest).map_err(error)?;
+    Ok((manifest, world))
 }
 
 /// Bytes of a plugin's own error text passed on (to the model, the session,
@@ -269,7 +277,7 @@ fn read_manifest(source: &PluginSource, bytes: &[u8]) -> Result<Manifest, Plugin
 pub const MAX_ERROR_BYTES: usize = 16 * 1024;
 
 /// Why a call failed, before it is worded.
-enum Failure {
+pub(super) enum Failure {
     Timeout,
     OutOfMemory,
     Resources,
@@ -281,17 +289,17 @@ enum Failure {
 }
 
 impl Failure {
-    fn into_error(self, plugin: &str, tool: &str, limits: &Limits) -> PluginError {
-        let (plugin, tool) = (plugin.to_string(), tool.to_string());
+    pub(super) fn into_error(self, plugin: &str, call: Call, limits: &Limits) -> PluginError {
+        let (plugin, tool) = (plugin.to_string(), call);
         match self {
-            Failure::Timeout => PluginError::Timeout { plugin, tool, limit_ms: limits.timeout_ms },
-            Failure::OutOfMemory => PluginError::OutOfMemory { plugin, tool, limit_mb: limits.memory_mb },
-            Failure::Resources => PluginError::TooManyResources { plugin, tool, limit: limits.max_resources },
-            Failure::Exited(code) => PluginError::Exited { plugin, tool, code },
-            Failure::StackOverflow => PluginError::StackOverflow { plugin, tool },
-            Failure::Panicked(message) => PluginError::Panicked { plugin, tool, message },
-            Failure::Trap(message) => PluginError::Trap { plugin, tool, message },
-            Failure::OutputTooLarge(size) => PluginError::OutputTooLarge { plugin, tool, size, limit: limits.max_output_bytes() },
+            Failure::Timeout => PluginError::Timeout { plugin, call: tool, limit_ms: limits.timeout_ms },
+            Failure::OutOfMemory => PluginError::OutOfMemory { plugin, call: tool, limit_mb: limits.memory_mb },
+            Failure::Resources => PluginError::TooManyResources { plugin, call: tool, limit: limits.max_resources },
+            Failure::Exited(code) => PluginError::Exited { plugin, call: tool, code },
+            Failure::StackOverflow => PluginError::StackOverflow { plugin, call: tool },
+            Failure::Panicked(message) => PluginError::Panicked { plugin, call: tool, message },
+            Failure::Trap(message) => PluginError::Trap { plugin, call: tool, message },
+            Failure::OutputTooLarge(size) => PluginError::OutputTooLarge { plugin, call: tool, size, limit: limits.max_output_bytes() },
         }
     }
 }
@@ -339,16 +347,3 @@ fn with_stderr(message: String, stderr: &str) -> String {
     if tail.is_empty() { message } else { format!("{message}; stderr: {}", crate::text::clip_for_terminal(tail, 500, "stderr")) }
 }
 
-/// The guest's own error, cut to [`MAX_ERROR_BYTES`] (and the output cap)
-/// with a marker, and made safe to show.
-fn guest_error(error: WitToolError, limits: &Limits) -> PluginError {
-    let (kind, message) = match error {
-        WitToolError::UnknownTool(m) => (ToolFailure::UnknownTool, m),
-        WitToolError::InvalidArgs(m) => (ToolFailure::InvalidArgs, m),
-        WitToolError::Failed(m) => (ToolFailure::Failed, m),
-        WitToolError::Denied(m) => (ToolFailure::Denied, m),
-    };
-    let cap = MAX_ERROR_BYTES.min(limits.max_output_bytes());
-    let message = crate::text::clip_for_terminal(&message, cap, "error");
-    PluginError::Tool { kind, message }
-}

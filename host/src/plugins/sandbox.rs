@@ -34,7 +34,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::PluginError;
-use super::bindings::{self, LogLevel};
+use super::bindings::{v0_1, v0_2};
 use super::grants::Grant;
 use super::http::HttpPolicy;
 use super::limits::{CallLimiter, Limits};
@@ -185,23 +185,23 @@ impl WasiHttpView for StoreState {
     }
 }
 
-impl bindings::chitin::plugin::types::Host for StoreState {}
-
-impl bindings::chitin::plugin::host::Host for StoreState {
-    fn log(&mut self, level: LogLevel, message: String) {
+impl StoreState {
+    /// `host.log` of every package version.
+    fn host_log(&mut self, level: tracing::Level, message: &str) {
         let host = &mut self.host;
-        let Some(message) = host.log.take(&message) else { return };
+        let Some(message) = host.log.take(message) else { return };
         let plugin = &*host.plugin;
         match level {
-            LogLevel::Trace => tracing::trace!(plugin, "{message}"),
-            LogLevel::Debug => tracing::debug!(plugin, "{message}"),
-            LogLevel::Info => tracing::info!(plugin, "{message}"),
-            LogLevel::Warn => tracing::warn!(plugin, "{message}"),
-            LogLevel::Error => tracing::error!(plugin, "{message}"),
+            tracing::Level::TRACE => tracing::trace!(plugin, "{message}"),
+            tracing::Level::DEBUG => tracing::debug!(plugin, "{message}"),
+            tracing::Level::INFO => tracing::info!(plugin, "{message}"),
+            tracing::Level::WARN => tracing::warn!(plugin, "{message}"),
+            tracing::Level::ERROR => tracing::error!(plugin, "{message}"),
         }
     }
 
-    fn progress(&mut self, text: String) {
+    /// `host.progress` of every package version.
+    fn host_progress(&mut self, text: &str) {
         let host = &mut self.host;
         let Some(sink) = &host.progress else { return };
         let now = Instant::now();
@@ -209,22 +209,65 @@ impl bindings::chitin::plugin::host::Host for StoreState {
             host.progress_budget.dropped += 1;
             return;
         }
-        if let Some(line) = host.progress_budget.take(&text) {
+        if let Some(line) = host.progress_budget.take(text) {
             host.last_progress = Some(now);
             sink(&line);
         }
     }
 }
 
+impl v0_1::chitin::plugin::types::Host for StoreState {}
+
+impl v0_1::chitin::plugin::host::Host for StoreState {
+    fn log(&mut self, level: v0_1::LogLevel, message: String) {
+        use v0_1::LogLevel as L;
+        let level = match level {
+            L::Trace => tracing::Level::TRACE,
+            L::Debug => tracing::Level::DEBUG,
+            L::Info => tracing::Level::INFO,
+            L::Warn => tracing::Level::WARN,
+            L::Error => tracing::Level::ERROR,
+        };
+        self.host_log(level, &message);
+    }
+
+    fn progress(&mut self, text: String) {
+        self.host_progress(&text);
+    }
+}
+
+impl v0_2::tool::chitin::plugin::types::Host for StoreState {}
+
+impl v0_2::tool::chitin::plugin::host::Host for StoreState {
+    fn log(&mut self, level: v0_2::LogLevel, message: String) {
+        use v0_2::LogLevel as L;
+        let level = match level {
+            L::Trace => tracing::Level::TRACE,
+            L::Debug => tracing::Level::DEBUG,
+            L::Info => tracing::Level::INFO,
+            L::Warn => tracing::Level::WARN,
+            L::Error => tracing::Level::ERROR,
+        };
+        self.host_log(level, &message);
+    }
+
+    fn progress(&mut self, text: String) {
+        self.host_progress(&text);
+    }
+}
+
 /// Adds every interface a plugin may import to `linker`: WASI p2 (with the
 /// deny-by-default context above), `wasi:http` (policy in [`HttpPolicy`]),
-/// and `chitin:plugin/host`. `wasi:sockets` is linked so that components from
+/// and `chitin:plugin/host` of 0.1.0 and 0.2.0 side by side (a 0.x minor is
+/// its own semver track, so each component resolves to the version it was
+/// built against). `wasi:sockets` is linked so that components from
 /// language toolchains that always import it still instantiate; the context
 /// refuses every address and lookup, so no socket ever opens.
 pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
-    bindings::chitin::plugin::host::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
+    v0_1::chitin::plugin::host::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
+    v0_2::tool::chitin::plugin::host::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
     guard_open_at(linker)
 }
 

@@ -24,14 +24,15 @@ pub const BOMB_HUGE: (u32, u32) = (4000, 100);
 /// across a loop around `depth` nested blocks that each merge two versions
 /// of every local, so register allocation works on `locals × depth` SSA
 /// block parameters (its time grows about with their square). It carries
-/// a valid top-level `chitin:manifest` (plugin `bomb`, tool `boom`) so the
-/// host reads it as a plugin; it neither imports nor exports the tool world,
-/// so it fails at link time, *after* the host has compiled it. Nothing in it
-/// ever runs.
+/// a valid top-level `chitin:manifest` (plugin `bomb`, tool `boom`) and an
+/// export named `chitin:plugin/tool@0.1.0` (an empty instance) so the host
+/// reads it as a tool plugin at load; the instance has no `invoke`, so it
+/// fails at link time, *after* the host has compiled it. Nothing in it ever
+/// runs.
 pub fn compile_bomb(locals: u32, depth: u32) -> Vec<u8> {
     use wasm_encoder::{
-        BlockType, CodeSection, Component, CustomSection, ExportKind, ExportSection, Function, FunctionSection,
-        Instruction as I, Module, ModuleSection, TypeSection, ValType,
+        BlockType, CodeSection, Component, ComponentExportKind, ComponentExportSection, ComponentInstanceSection, CustomSection,
+        ExportKind, ExportSection, Function, FunctionSection, Instruction as I, Module, ModuleSection, TypeSection, ValType,
     };
 
     let n = locals.max(1);
@@ -105,6 +106,12 @@ pub fn compile_bomb(locals: u32, depth: u32) -> Vec<u8> {
 
     let mut component = Component::new();
     component.section(&ModuleSection(&module));
+    let mut instances = ComponentInstanceSection::new();
+    instances.export_items(std::iter::empty::<(&str, ComponentExportKind, u32)>());
+    component.section(&instances);
+    let mut component_exports = ComponentExportSection::new();
+    component_exports.export(crate::plugins::world::TOOL_V0_1, ComponentExportKind::Instance, 0, None);
+    component.section(&component_exports);
     component.section(&CustomSection { name: crate::plugins::manifest::SECTION_NAME.into(), data: manifest.into() });
     component.finish()
 }

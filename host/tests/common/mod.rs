@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 pub const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
 pub const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
 pub const HOSTILE_WASM: &str = env!("CHITIN_HOSTILE_WASM");
+pub const ECHO_CHANNEL_WASM: &str = env!("CHITIN_ECHO_CHANNEL_WASM");
 
 /// `chitin ARGS` with `CHITIN_HOME=home` and none of the provider variables
 /// of the environment the tests run in.

@@ -1,7 +1,6 @@
-//! Host-side bindings generated from `wit/chitin.wit`.
-//!
-//! Exports are async so a guest call can yield to tokio at every epoch tick;
-//! the `host` imports are synchronous because they only record a line.
+//! Host-side bindings of `chitin:plugin@0.1.0` (`wit/chitin.wit`): the
+//! `tool-plugin` world. A released version is never edited, so neither is
+//! this module; it stays linked so a plugin built against 0.1.0 keeps loading.
 
 wasmtime::component::bindgen!({
     path: "../wit",

@@ -1,0 +1,163 @@
+//! `echo-channel`: a channel plugin for the host's tests, built straight
+//! from `wit/v0.2` (world `channel-plugin`), with its manifest embedded by
+//! hand like the hostile guest's.
+//!
+//! The protocol is a toy Telegram: `poll-request` asks for
+//! `GET https://api.example.test/bot{{secret:token}}/getUpdates?offset=N`
+//! where N is the state (decimal text; empty = 0); `poll-response` reads
+//! `{"updates":[{"id":N,"text":"..."}]}`, emits one inbound message per
+//! update and moves the offset past the highest id. `deliver` answers with
+//! an id made of the chat and the text's length.
+//!
+//! An update's text picks a hostile behaviour instead, so the host's bounds
+//! are tested through a real component: `trap` (unreachable), `loop` (spins
+//! forever), `huge-state` (a 1 MiB state), `flood` (10 000 emits),
+//! `long-text` (one 100 KiB message), `fail` / `fatal` (the channel's own
+//! errors). `deliver` traps on the text `trap`.
+
+use serde::Deserialize;
+
+wit_bindgen::generate!({ path: "../../../wit/v0.2", world: "channel-plugin" });
+
+use exports::chitin::plugin::channel::{
+    Action, ChannelError, ChatKind, ChatStatus, Guest, HttpMethod, HttpRequest, HttpResponse, Inbound, Outgoing,
+    SocketEvent, Step, Trigger, WebhookRequest, WebhookResponse,
+};
+
+/// The manifest the host reads without running any code (see wit/README.md).
+#[used]
+#[unsafe(link_section = "chitin:manifest")]
+static MANIFEST: [u8; include_bytes!("../manifest.json").len()] = *include_bytes!("../manifest.json");
+
+/// The API the toy protocol talks to; the token is a placeholder the host
+/// substitutes (the component never sees it).
+const API: &str = "https://api.example.test/bot{{secret:token}}";
+
+#[derive(Deserialize)]
+struct Updates {
+    updates: Vec<Update>,
+}
+
+#[derive(Deserialize)]
+struct Update {
+    id: u64,
+    text: String,
+}
+
+fn offset(state: &[u8]) -> Result<u64, ChannelError> {
+    if state.is_empty() {
+        return Ok(0);
+    }
+    std::str::from_utf8(state)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| ChannelError::Fatal(format!("corrupt state: {:?}", String::from_utf8_lossy(state))))
+}
+
+fn inbound(event_id: String, text: String) -> Inbound {
+    let trigger = if text.starts_with('/') { Trigger::COMMAND } else { Trigger::empty() };
+    Inbound {
+        event_id,
+        sender_id: "user-1".into(),
+        sender_name: Some("Test User".into()),
+        chat_id: "chat-1".into(),
+        chat_kind: ChatKind::Direct,
+        thread: None,
+        text,
+        media: vec![],
+        trigger,
+    }
+}
+
+/// The step for a batch of updates at `offset`: one emit each (or the
+/// hostile behaviour an update's text names), the offset past the highest id.
+fn updates_step(body: &[u8], offset: u64) -> Result<Step, ChannelError> {
+    let updates: Updates = serde_json::from_slice(body).map_err(|e| ChannelError::Transient(format!("bad updates JSON: {e}")))?;
+    let mut next = offset;
+    let mut actions = Vec::new();
+    for update in updates.updates {
+        next = next.max(update.id + 1);
+        match update.text.as_str() {
+            "trap" => core::arch::wasm32::unreachable(),
+            "loop" => loop {
+                std::hint::black_box(&mut next);
+            },
+            "huge-state" => return Ok(Step { state: vec![b'9'; 1 << 20], actions }),
+            "flood" => {
+                actions.extend((0..10_000).map(|i| Action::Emit(inbound(format!("flood-{i}"), "flood".into()))));
+            }
+            "long-text" => actions.push(Action::Emit(inbound(format!("upd-{}", update.id), "x".repeat(100 * 1024)))),
+            "fail" => return Err(ChannelError::Transient("the platform said 502".into())),
+            "fatal" => return Err(ChannelError::Fatal("the platform said 401: token revoked".into())),
+            _ => actions.push(Action::Emit(inbound(format!("upd-{}", update.id), update.text))),
+        }
+    }
+    actions.push(Action::PollAfter(0));
+    Ok(Step { state: next.to_string().into_bytes(), actions })
+}
+
+struct Echo;
+
+impl Guest for Echo {
+    fn start(_config: String, state: Vec<u8>) -> Result<Step, ChannelError> {
+        offset(&state)?;
+        Ok(Step { state, actions: vec![Action::PollAfter(0)] })
+    }
+
+    fn poll_request(state: Vec<u8>) -> Result<HttpRequest, ChannelError> {
+        let offset = offset(&state)?;
+        Ok(HttpRequest {
+            method: HttpMethod::Get,
+            url: format!("{API}/getUpdates?offset={offset}&timeout=30"),
+            headers: vec![("accept".into(), "application/json".into())],
+            body: vec![],
+            timeout_ms: 40_000,
+        })
+    }
+
+    fn poll_response(response: HttpResponse, state: Vec<u8>) -> Result<Step, ChannelError> {
+        let offset = offset(&state)?;
+        match response.status {
+            200 => updates_step(&response.body, offset),
+            401 | 409 => Err(ChannelError::Fatal(format!("getUpdates answered {}", response.status))),
+            status => Err(ChannelError::Transient(format!("getUpdates answered {status}"))),
+        }
+    }
+
+    fn on_webhook(request: WebhookRequest, state: Vec<u8>) -> Result<Step, ChannelError> {
+        let offset = offset(&state)?;
+        let mut step = updates_step(&request.body, offset)?;
+        step.actions.retain(|a| !matches!(a, Action::PollAfter(_)));
+        step.actions.push(Action::Respond(WebhookResponse { status: 200, headers: vec![], body: b"ok".to_vec() }));
+        Ok(step)
+    }
+
+    fn on_socket(name: String, event: SocketEvent, state: Vec<u8>) -> Result<Step, ChannelError> {
+        let actions = match event {
+            SocketEvent::Text(text) => vec![Action::Emit(inbound(format!("{name}-{}", text.len()), text))],
+            _ => vec![],
+        };
+        Ok(Step { state, actions })
+    }
+
+    fn on_timer(_name: String, state: Vec<u8>) -> Result<Step, ChannelError> {
+        Ok(Step { state, actions: vec![Action::PollAfter(0)] })
+    }
+
+    fn deliver(message: Outgoing) -> Result<Vec<String>, ChannelError> {
+        if message.text == "trap" {
+            core::arch::wasm32::unreachable();
+        }
+        Ok(vec![format!("{}:{}", message.chat_id, message.text.len())])
+    }
+
+    fn stream_update(_chat_id: String, handle: Option<String>, _text_so_far: String, _done: bool) -> Result<String, ChannelError> {
+        Ok(handle.unwrap_or_else(|| "stream-1".into()))
+    }
+
+    fn set_status(_chat_id: String, _status: ChatStatus) -> Result<(), ChannelError> {
+        Ok(())
+    }
+}
+
+export!(Echo);
