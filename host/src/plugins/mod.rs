@@ -28,6 +28,7 @@ pub mod limits;
 pub mod manifest;
 pub mod runtime;
 pub mod sandbox;
+pub mod secrets;
 pub mod tool;
 pub mod world;
 
