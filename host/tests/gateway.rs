@@ -366,7 +366,7 @@ async fn sigterm_finishes_the_running_turn_refuses_new_ones_and_exits_0() {
     assert_eq!(body["choices"][0]["message"]["content"], "Finished anyway.");
     let exit = run_wait(&mut gw.child);
     assert!(exit.success(), "{exit:?}: {}", gw.stderr());
-    assert!(gw.stderr().contains("sessions flushed"), "{}", gw.stderr());
+    assert!(gw.stderr().contains("sessions flushed in"), "{}", gw.stderr());
     let session = JsonlStore::new(home.path().join("sessions")).load("api:last").unwrap();
     let shape: Vec<(Role, String)> = session.messages.iter().map(|m| (m.role, m.text().to_string())).collect();
     assert_eq!(shape, [(Role::User, "one more thing".to_string()), (Role::Assistant, "Finished anyway.".to_string())]);

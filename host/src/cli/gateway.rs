@@ -53,6 +53,6 @@ pub async fn run(_args: GatewayArgs, data: DataDir, options: AppOptions) -> anyh
     if !report.stopped.is_empty() {
         errln!("stopped {} running turn(s), finished tool steps kept: {}", report.stopped.len(), for_terminal(&report.stopped.join(", ")));
     }
-    errln!("gateway stopped; sessions flushed");
+    errln!("gateway stopped; loop stopped and sessions flushed in {} ms", report.flush.as_millis());
     Ok(ExitCode::SUCCESS)
 }

@@ -51,8 +51,12 @@ use crate::session::SessionError;
 /// How long requests in flight may take to finish after shutdown begins.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
 
-/// How long stopped turns, channels and the loop get to wind down after that.
+/// How long stopped turns and channels get to wind down after that.
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How long the loop may take to flush the sessions (one `fsync` per
+/// session written since the last flush: ~2 ms each on a plain disk).
+pub const FLUSH_GRACE: Duration = Duration::from_secs(60);
 
 /// Why the gateway could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +107,8 @@ pub struct ShutdownReport {
     /// Sessions whose turns were still running after [`DRAIN_GRACE`] and were
     /// stopped (their checkpoints kept).
     pub stopped: Vec<String>,
+    /// How long flushing the sessions to stable storage took.
+    pub flush: Duration,
 }
 
 /// A bound gateway, ready to run.
@@ -182,20 +188,26 @@ impl Gateway {
                 tracing::warn!("gateway: requests still open after stopping their turns; closing them");
             }
         }
+        tracing::debug!(stopped = stopped.len(), "gateway: drained");
         server_stop.cancel();
         let _ = server.await;
+        tracing::debug!("gateway: listener closed");
         for task in channel_tasks {
             if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
                 tracing::warn!("gateway: a channel did not stop within {STOP_GRACE:?}");
             }
         }
+        // The loop's last act is `sessions.sync()`: waiting for it is the flush.
+        let flushing = std::time::Instant::now();
         loop_stop.cancel();
-        if tokio::time::timeout(STOP_GRACE, loop_task).await.is_err() {
-            tracing::warn!("gateway: the agent loop did not stop within {STOP_GRACE:?}");
+        if tokio::time::timeout(FLUSH_GRACE, loop_task).await.is_err() {
+            tracing::warn!("gateway: the agent loop did not stop within {FLUSH_GRACE:?}");
         }
         router_task.abort();
+        // Whatever a late turn wrote after the loop's flush; and the error,
+        // which the loop can only log.
         agent.core().sessions.sync()?;
-        Ok(ShutdownReport { stopped })
+        Ok(ShutdownReport { stopped, flush: flushing.elapsed() })
     }
 }
 
