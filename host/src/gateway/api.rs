@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -49,6 +49,9 @@ pub const SESSION_HEADER: &str = "x-chitin-session";
 
 /// Largest request body accepted (413 above).
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// How much of an oversized body is read (and dropped) before the 413.
+pub const MAX_DRAIN_BYTES: usize = 4 * MAX_BODY_BYTES;
 
 /// The response body type.
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -193,17 +196,31 @@ fn authorize(auth: &GatewayAuth, headers: &HeaderMap) -> Result<(), ApiError> {
     if blake3::hash(given) == blake3::hash(token.as_bytes()) { Ok(()) } else { Err(unauthorized("invalid API token")) }
 }
 
+/// Reads the body, at most [`MAX_BODY_BYTES`]. Past the cap the rest is
+/// read and dropped, up to [`MAX_DRAIN_BYTES`] in all, before the 413: a
+/// server that answers with unread bytes in the socket makes the kernel
+/// reset the connection, and the client loses the answer.
 async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
     let too_large = || ApiError::new(413, "invalid_request_error", Some("request_too_large"), format!("the request body is over the limit of {MAX_BODY_BYTES} bytes"));
     let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+    let mut body = request.into_body();
+    if declared.is_some_and(|len| len > MAX_DRAIN_BYTES as u64) {
         return Err(too_large());
     }
-    match Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await {
-        Ok(body) => Ok(body.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-        Err(e) => Err(ApiError::new(400, "invalid_request_error", None, format!("the request body could not be read: {e}"))),
+    let mut kept = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::new(400, "invalid_request_error", None, format!("the request body could not be read: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        seen += data.len();
+        if seen > MAX_DRAIN_BYTES {
+            break;
+        }
+        if seen <= MAX_BODY_BYTES {
+            kept.extend_from_slice(&data);
+        }
     }
+    if seen > MAX_BODY_BYTES { Err(too_large()) } else { Ok(Bytes::from(kept)) }
 }
 
 /// What a running request holds until its answer is complete.
