@@ -64,8 +64,7 @@ impl Gateway {
     fn terminate(&mut self) -> ExitStatus {
         // SAFETY: kill(2) on our own child's pid.
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) }, 0);
-        let out = run_wait(&mut self.child);
-        out
+        run_wait(&mut self.child)
     }
 
     fn stderr(&self) -> String {
