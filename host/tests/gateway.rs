@@ -370,3 +370,27 @@ async fn sigterm_finishes_the_running_turn_refuses_new_ones_and_exits_0() {
     let shape: Vec<(Role, String)> = session.messages.iter().map(|m| (m.role, m.text().to_string())).collect();
     assert_eq!(shape, [(Role::User, "one more thing".to_string()), (Role::Assistant, "Finished anyway.".to_string())]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_goes_away_stops_its_turn() {
+    let mock = MockLlm::start(vec![MockReply::Hang, MockReply::text("Back again.")]);
+    let home = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(home.path(), &mock, "");
+    let body = json!({"stream": true, "messages": [{"role": "user", "content": "take forever"}]});
+    let response = client().post(gw.url("/v1/chat/completions")).bearer_auth(TOKEN).header("x-chitin-session", "gone").json(&body).send().await.unwrap();
+    let mut stream = response.bytes_stream();
+    let first = futures::StreamExt::next(&mut stream).await.unwrap().unwrap();
+    assert!(std::str::from_utf8(&first).unwrap().contains("\"role\":\"assistant\""));
+    while mock.request_count() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(stream); // the client disconnects while the model hangs
+    // If the turn were not stopped, this would wait on the session behind
+    // the hung one (the guard below turns that into a failure, not a hang).
+    let next = tokio::time::timeout(Duration::from_secs(60), post(&gw, Some("gone"), user("are you there?"))).await;
+    let (status, answer) = next.expect("the hung turn was stopped when its client went away");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["choices"][0]["message"]["content"], "Back again.");
+    let history = texts(&mock.requests()[1], "user");
+    assert!(history[0].contains("take forever"), "the stopped turn's message is kept: {history:?}");
+}
