@@ -15,6 +15,21 @@ use tokio::sync::{Mutex, mpsc};
 /// continuations, re-published leftovers keep their own channel).
 pub const SYSTEM_CHANNEL: &str = "system";
 
+/// Inbound metadata key (internal: clients cannot set it, see
+/// [`InboundMessage::from_client`]) holding a JSON array of session
+/// messages. A message carrying it runs as an *ephemeral* turn: the session
+/// starts from exactly that history and nothing is persisted. The gateway's
+/// API uses it when a client sends its own history.
+pub const EPHEMERAL_HISTORY: &str = "_ephemeral_history";
+
+/// Outbound metadata key set (to `true`) on the apology of a failed turn,
+/// so a front end can tell a failure from a reply (the API answers 500).
+pub const TURN_FAILED: &str = "_failed";
+
+/// Outbound metadata key of a reply: the turn's token usage,
+/// `{"prompt_tokens", "completion_tokens"}`, when the provider reported it.
+pub const USAGE: &str = "usage";
+
 /// A message arriving from a channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InboundMessage {

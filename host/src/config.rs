@@ -30,6 +30,12 @@ pub enum ConfigError {
     /// The workspace overlaps what only the host may write.
     #[error("the workspace {workspace} overlaps {what}: a plugin could then rewrite the host's config, cache or sessions. Use a workspace outside the data dir (or the default <data dir>/workspace)")]
     WorkspaceOverlap { workspace: PathBuf, what: String },
+    /// The gateway would serve its API without a token it needs.
+    #[error("the gateway needs a token for its API: set the environment variable {variable} (config [gateway] auth_token = \"${{{variable}}}\"), or, with a loopback listen address only, set auth_token = \"\" to serve without authentication")]
+    GatewayNoToken { variable: String },
+    /// `auth_token = ""` on an address other machines can reach.
+    #[error("config [gateway] auth_token = \"\" turns authentication off, which is allowed only on a loopback listen address; listen is {listen}. Set a token (auth_token = \"${{CHITIN_GATEWAY_TOKEN}}\")")]
+    GatewayOpen { listen: std::net::SocketAddr },
     /// Neither `$CHITIN_HOME` nor a home directory is known.
     #[error("cannot find a data dir: set CHITIN_HOME or HOME")]
     NoHome,
@@ -164,6 +170,72 @@ pub struct Config {
     pub limits: Limits,
     /// Grants per plugin name (`[plugins.<name>]`).
     pub plugins: BTreeMap<String, GrantConfig>,
+    /// `chitin gateway`: where it listens and its API token.
+    pub gateway: GatewayConfig,
+    /// Chat channels the gateway starts (`[channels.<name>]`). Their shape
+    /// belongs to the channel runtime (not built yet): kept as raw TOML so a
+    /// config written for it already loads.
+    pub channels: BTreeMap<String, toml::Value>,
+}
+
+/// The environment variable the default `[gateway] auth_token` names.
+pub const GATEWAY_TOKEN_VAR: &str = "CHITIN_GATEWAY_TOKEN";
+
+/// `[gateway]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Address the HTTP server binds; port 0 picks a free one (the bound
+    /// address is printed).
+    pub listen: std::net::SocketAddr,
+    /// Bearer token the API requires; `${VAR}` is expanded. The default
+    /// names `$CHITIN_GATEWAY_TOKEN`, and the gateway refuses to start when
+    /// it is unset. `""` turns authentication off, accepted only when
+    /// `listen` is a loopback address.
+    pub auth_token: String,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig { listen: std::net::SocketAddr::from(([127, 0, 0, 1], 8790)), auth_token: format!("${{{GATEWAY_TOKEN_VAR}}}") }
+    }
+}
+
+/// How the gateway's API authenticates.
+#[derive(Clone, PartialEq, Eq)]
+pub enum GatewayAuth {
+    /// `Authorization: Bearer <token>` is required.
+    Token(String),
+    /// No authentication (loopback only, `auth_token = ""`).
+    Disabled,
+}
+
+impl std::fmt::Debug for GatewayAuth {
+    // Never prints the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GatewayAuth::Token(_) => f.write_str("Token(..)"),
+            GatewayAuth::Disabled => f.write_str("Disabled"),
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// The API's authentication: the token with `${VAR}` expanded, or
+    /// `Disabled` for an explicit `""` on a loopback address. A token that
+    /// names an unset variable, or `""` on another address, is an error:
+    /// an always-on agent with tools must not be reachable without one.
+    pub fn auth(&self) -> Result<GatewayAuth, ConfigError> {
+        if self.auth_token.is_empty() {
+            return if self.listen.ip().is_loopback() { Ok(GatewayAuth::Disabled) } else { Err(ConfigError::GatewayOpen { listen: self.listen }) };
+        }
+        match expand_env(&self.auth_token, "gateway.auth_token") {
+            Ok(token) if !token.is_empty() => Ok(GatewayAuth::Token(token)),
+            Ok(_) => Err(ConfigError::GatewayNoToken { variable: GATEWAY_TOKEN_VAR.into() }),
+            Err(ConfigError::MissingVariable { variable, .. }) => Err(ConfigError::GatewayNoToken { variable }),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// `[agent]`: every number of the runtime spec is a key here.
@@ -328,6 +400,22 @@ impl Config {
 mod tests {
     use super::*;
     use crate::plugins::WorkspaceAccess;
+
+    #[test]
+    fn gateway_auth_needs_a_token_unless_loopback_and_explicitly_off() {
+        let parse = |text: &str| Config::parse(text, Path::new("c.toml")).unwrap().gateway;
+        let default = parse("");
+        assert_eq!(default.listen.to_string(), "127.0.0.1:8790");
+        assert_eq!(default.auth_token, "${CHITIN_GATEWAY_TOKEN}");
+        let unset = parse("[gateway]\nauth_token = \"${CHITIN_TEST_UNSET_GW1}\"\n").auth().unwrap_err().to_string();
+        assert!(unset.contains("CHITIN_TEST_UNSET_GW1") && unset.contains("auth_token = \"\""), "{unset}");
+        assert_eq!(parse("[gateway]\nauth_token = \"\"\n").auth().unwrap(), GatewayAuth::Disabled);
+        let open = parse("[gateway]\nlisten = \"0.0.0.0:8790\"\nauth_token = \"\"\n").auth().unwrap_err().to_string();
+        assert!(open.contains("loopback") && open.contains("0.0.0.0:8790"), "{open}");
+        assert_eq!(parse("[gateway]\nlisten = \"[::1]:0\"\nauth_token = \"literal\"\n").auth().unwrap(), GatewayAuth::Token("literal".into()));
+        assert!(Config::parse("[gateway]\nlisten = \"nowhere\"\n", Path::new("c.toml")).unwrap_err().to_string().contains("listen"));
+        assert!(Config::parse("[channels.telegram]\nenabled = true\n", Path::new("c.toml")).is_ok(), "channels are kept for later");
+    }
 
     #[test]
     fn grants_and_limits_parse() {

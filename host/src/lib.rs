@@ -21,6 +21,9 @@
 //! - [`workspace`] and [`text`]: the host's only doors to what a plugin can
 //!   write: workspace files through a capability handle, plugin text made
 //!   safe to show and bounded in size;
+//! - [`gateway`]: `chitin gateway`, the always-on host: the agent loop over
+//!   the bus, the OpenAI-compatible API, the outbound router every front end
+//!   reads its answers from, and the place the chat channels will start;
 //! - [`testing`]: a scripted OpenAI-compatible server for tests and benches.
 //!
 //! Where this differs from `DESIGN.md`, and why:
@@ -45,6 +48,7 @@ pub mod app;
 pub mod bus;
 pub mod compact;
 pub mod config;
+pub mod gateway;
 pub mod plugins;
 pub mod provider;
 pub mod session;

@@ -242,7 +242,9 @@ impl AgentLoop {
             }
             TurnOutcome::Cancelled => {}
             TurnOutcome::Failed(_) => {
-                self.core.bus.publish_outbound(OutboundMessage::reply(&to.channel, &to.chat_id, APOLOGY));
+                let mut apology = OutboundMessage::reply(&to.channel, &to.chat_id, APOLOGY);
+                apology.metadata.insert(crate::bus::TURN_FAILED.into(), serde_json::Value::Bool(true));
+                self.core.bus.publish_outbound(apology);
             }
         }
         self.core.bus.publish_outbound(OutboundMessage::event(&to, OutboundKind::TurnEnd, ""));
@@ -284,7 +286,9 @@ impl AgentLoop {
         let outcome = tokio::select! {
             result = turn::drive(&self.core, &mut ctx) => match result {
                 Ok(()) => {
-                    if let Some(session) = ctx.session.take() {
+                    // An ephemeral session is thrown away, not cached: its
+                    // key is never used again.
+                    if let Some(session) = ctx.session.take().filter(|_| !ctx.ephemeral) {
                         self.core.sessions.release(session);
                     }
                     if ctx.consolidate_after {

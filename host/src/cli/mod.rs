@@ -24,6 +24,7 @@ macro_rules! errln {
 }
 
 mod agent;
+mod gateway;
 mod onboard;
 mod plugin;
 mod status;
@@ -60,6 +61,8 @@ enum Command {
     },
     /// Chat with the agent: one message with -m, or interactively.
     Agent(agent::AgentArgs),
+    /// Run the always-on host: the agent over the bus and the OpenAI-compatible API.
+    Gateway(gateway::GatewayArgs),
     /// Show config, provider, plugins and grants.
     Status,
     /// Inspect, list, pack and install plugins.
@@ -170,6 +173,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let result = match cli.command {
         Command::Onboard { force } => onboard::run(&data, force),
         Command::Agent(args) => runtime.block_on(agent::run(args, data, options)),
+        Command::Gateway(args) => runtime.block_on(gateway::run(args, data, options)),
         Command::Status => status::run(data, options),
         Command::Plugin(cmd) => runtime.block_on(plugin::run(cmd, data, options)),
         Command::Tool(cmd) => runtime.block_on(tool::run(cmd, data, options)),

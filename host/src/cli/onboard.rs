@@ -47,6 +47,12 @@ max_concurrent_calls = 32
 # workspace = "none" | "read" | "read-write"; network = ["host", "host:port", "*.domain"]
 [plugins.fs]
 workspace = "read-write"
+
+# `chitin gateway`: the OpenAI-compatible API. It refuses to start without a
+# token; auth_token = "" (no authentication) is accepted on loopback only.
+[gateway]
+listen = "127.0.0.1:8790"
+auth_token = "${CHITIN_GATEWAY_TOKEN}"
 "#;
 
 const AGENTS_MD: &str = "# Agent instructions\n\nYou are a careful assistant. Prefer reading files before changing them, and say what you changed.\n";

@@ -28,6 +28,16 @@ pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
         }
         Err(e) => outln!("provider:   NOT CONFIGURED — {e}")?,
     }
+    let gateway = &app.config.gateway;
+    let auth = match gateway.auth() {
+        Ok(chitin::config::GatewayAuth::Token(_)) => "auth token: set".to_string(),
+        Ok(chitin::config::GatewayAuth::Disabled) => "auth: off (auth_token = \"\", loopback only)".to_string(),
+        Err(e) => format!("auth token: MISSING — {e}"),
+    };
+    outln!("gateway:    http://{} ({auth})", gateway.listen)?;
+    let channels: Vec<&str> = app.config.channels.keys().map(String::as_str).collect();
+    let channels = if channels.is_empty() { "none".to_string() } else { format!("{} configured (not started: the channel runtime is not built yet)", channels.join(", ")) };
+    outln!("channels:   {}", for_terminal(&channels))?;
     let limits = &app.config.limits;
     outln!("limits:     {} ms, {} MiB, {} KiB output per tool call", limits.timeout_ms, limits.memory_mb, limits.max_output_kb)?;
     outln!("plugins:")?;

@@ -156,11 +156,15 @@ pub struct TurnContext {
     pub prompt_overhead: Option<PromptOverhead>,
     /// SAVE found the session at its budget: consolidate in the background.
     pub consolidate_after: bool,
+    /// The run's token usage (SAVE → RESPOND).
+    pub usage: Option<crate::provider::Usage>,
 }
 
 impl TurnContext {
     /// A fresh context for `inbound`.
     pub fn new(inbound: InboundMessage) -> Self {
+        // An inbound message that brings its own history is a one-off.
+        let ephemeral = inbound.metadata.contains_key(crate::bus::EPHEMERAL_HISTORY);
         TurnContext {
             session_key: inbound.session_key(),
             inbound,
@@ -176,7 +180,7 @@ impl TurnContext {
             pending: None,
             pending_summary: None,
             stream: None,
-            ephemeral: false,
+            ephemeral,
             run_result: None,
             checkpointed_messages: 0,
             sent_to_chat: false,
@@ -184,6 +188,7 @@ impl TurnContext {
             started: Instant::now(),
             prompt_overhead: None,
             consolidate_after: false,
+            usage: None,
         }
     }
 

@@ -18,6 +18,10 @@ pub async fn run(_core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, 
     reply.kind = OutboundKind::Message { streamed };
     let latency_ms = ctx.started.elapsed().as_millis() as u64;
     reply.metadata.insert("latency_ms".into(), Value::from(latency_ms));
+    if let Some(usage) = ctx.usage.filter(|u| u.prompt_tokens + u.completion_tokens > 0) {
+        let usage = serde_json::json!({"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens});
+        reply.metadata.insert(crate::bus::USAGE.into(), usage);
+    }
     if let Some(id) = ctx.inbound.metadata.get("message_id") {
         reply.reply_to = id.as_str().map(str::to_string).or_else(|| Some(id.to_string()));
     }

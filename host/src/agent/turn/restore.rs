@@ -10,6 +10,16 @@ use crate::session::{Message, PENDING_USER_TURN, RUNTIME_CHECKPOINT, Role, Sessi
 pub const INTERRUPTED_TURN: &str = "(The previous request was interrupted before it finished. Ask again to continue.)";
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+    if let Some(history) = ctx.inbound.metadata.get(crate::bus::EPHEMERAL_HISTORY) {
+        // A one-off with the caller's history: nothing is loaded or saved.
+        let mut session = Session::new(&ctx.session_key);
+        match serde_json::from_value::<Vec<Message>>(history.clone()) {
+            Ok(messages) => messages.into_iter().for_each(|m| session.push(m)),
+            Err(e) => tracing::warn!(session = %ctx.session_key, "ignoring an unreadable ephemeral history: {e}"),
+        }
+        ctx.session = Some(session);
+        return Ok(TurnEvent::Ok);
+    }
     let mut session = core.sessions.load(&ctx.session_key)?;
     let recovered = materialize_checkpoint(&mut session);
     if recovered && !ctx.ephemeral {

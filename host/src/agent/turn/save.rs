@@ -23,6 +23,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         ctx.final_content = Some(NO_FINAL_ANSWER.to_string());
         added.push(Message::assistant(NO_FINAL_ANSWER));
     }
+    ctx.usage = Some(result.usage);
     let limit = core.settings.max_tool_result_chars;
     let (ephemeral, overhead) = (ctx.ephemeral, ctx.prompt_overhead.take());
     let session = ctx.session_mut()?;

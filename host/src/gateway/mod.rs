@@ -1,0 +1,243 @@
+//! `chitin gateway`: the always-on host. One process runs the agent loop
+//! over the bus, the OpenAI-compatible API, and (later) the chat channels.
+//!
+//! Shape (spec §2–3, nanobot's gateway): every front end publishes
+//! [`InboundMessage`](crate::bus::InboundMessage)s and reads its answers
+//! from the [`OutboundRouter`], the single consumer of the bus's outbound
+//! queue; [`AgentLoop::run`] consumes the inbound queue. No front end calls
+//! the agent directly, so the API and a channel are served the same way.
+//!
+//! [`Gateway::bind`] builds the provider, the [`AgentCore`](crate::agent::AgentCore),
+//! the bus and the loop and binds the listener (so the caller can print the
+//! real address, port 0 included); [`Gateway::run`] serves until `shutdown`
+//! resolves, then shuts down in order:
+//! 1. **stop intake**: new requests get 503 in OpenAI's error shape (the
+//!    listener stays open, so clients see a clear answer, not a refusal);
+//! 2. **drain**: requests in flight get up to [`DRAIN_GRACE`] to finish;
+//! 3. **stop** the turns still running, as `/stop` does: the runner's last
+//!    checkpoint is written into the session, so finished tool steps are kept;
+//! 4. stop the channels and the loop, and **flush** the sessions
+//!    (`SessionStore::sync`).
+//!
+//! The HTTP server is plain hyper (already a dependency, as in the mock
+//! LLM): three routes, a body cap and a custom drain did not need a
+//! framework, and the 503-while-draining step is simpler with our own
+//! accept loop than with a framework's graceful shutdown.
+
+pub mod api;
+pub mod router;
+pub mod wire;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+pub use router::OutboundRouter;
+
+use crate::agent::AgentLoop;
+use crate::app::{App, AppError};
+use crate::bus::{MessageBus, OutboundMessage};
+use crate::config::{Config, ConfigError, GatewayAuth};
+use crate::session::SessionError;
+
+/// How long requests in flight may take to finish after shutdown begins.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// How long stopped turns and channels get to wind down after that.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How long the loop may take to flush the sessions (one `fsync` per
+/// session written since the last flush: ~2 ms each on a plain disk).
+pub const FLUSH_GRACE: Duration = Duration::from_secs(60);
+
+/// Why the gateway could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// `[gateway]` is unusable (no token, an open non-loopback address).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The provider or the host could not be assembled.
+    #[error(transparent)]
+    App(#[from] AppError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr} (config [gateway] listen): {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    /// Sessions could not be flushed at shutdown.
+    #[error("flushing sessions at shutdown: {0}")]
+    Sync(#[from] SessionError),
+}
+
+/// A chat channel the gateway runs next to the API. Channels land with the
+/// channel runtime (issue 10, items 1–5); [`channels`] is where the gateway
+/// will build them from `[channels.<name>]`.
+pub trait Channel: Send + 'static {
+    /// The bus channel name (`telegram`).
+    fn name(&self) -> &str;
+    /// Starts the channel: it publishes inbound messages on `ctx.bus`,
+    /// answers from `ctx.outbound`, and returns when `ctx.shutdown` fires.
+    fn start(self: Box<Self>, ctx: ChannelContext) -> JoinHandle<()>;
+}
+
+/// What a started channel gets.
+pub struct ChannelContext {
+    /// Where it publishes what users say.
+    pub bus: Arc<MessageBus>,
+    /// The outbound events of its channel name (its route in the router).
+    pub outbound: mpsc::UnboundedReceiver<OutboundMessage>,
+    /// Fires at shutdown, after intake stopped.
+    pub shutdown: CancellationToken,
+}
+
+/// The channels `[channels]` enables: none yet (see [`Channel`]).
+pub fn channels(_config: &Config) -> Vec<Box<dyn Channel>> {
+    Vec::new()
+}
+
+/// How the shutdown went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Sessions whose turns were still running after [`DRAIN_GRACE`] and were
+    /// stopped (their checkpoints kept).
+    pub stopped: Vec<String>,
+    /// How long flushing the sessions to stable storage took.
+    pub flush: Duration,
+}
+
+/// A bound gateway, ready to run.
+pub struct Gateway {
+    listener: TcpListener,
+    addr: SocketAddr,
+    state: Arc<api::ApiState>,
+    bus: Arc<MessageBus>,
+    channels: Vec<Box<dyn Channel>>,
+}
+
+impl Gateway {
+    /// Builds the agent over `app`'s provider and binds `[gateway] listen`.
+    /// Fails before binding when the API would have no token it needs.
+    pub async fn bind(app: &App) -> Result<Gateway, GatewayError> {
+        let config = &app.config.gateway;
+        let auth = config.auth()?;
+        let provider = app.provider()?;
+        let bus = Arc::new(MessageBus::new());
+        let agent = AgentLoop::new(Arc::new(app.agent_core(provider, bus.clone(), Vec::new())));
+        let listener = TcpListener::bind(config.listen).await.map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
+        let addr = listener.local_addr().map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
+        let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth));
+        Ok(Gateway { listener, addr, state, bus, channels: channels(&app.config) })
+    }
+
+    /// The bound address (the real port when `listen` asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Whether the API asks for a bearer token.
+    pub fn requires_token(&self) -> bool {
+        matches!(self.state.auth, GatewayAuth::Token(_))
+    }
+
+    /// Names of the channels it will start.
+    pub fn channel_names(&self) -> Vec<String> {
+        self.channels.iter().map(|c| c.name().to_string()).collect()
+    }
+
+    /// Serves until `shutdown` resolves, then shuts down as the module docs
+    /// describe.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<ShutdownReport, GatewayError> {
+        let Gateway { listener, state, bus, channels, .. } = self;
+        let agent = state.agent.clone();
+        let router_task = tokio::spawn(state.router.clone().run(bus.clone()));
+        let loop_stop = CancellationToken::new();
+        let loop_task = tokio::spawn({
+            let (agent, stop) = (agent.clone(), loop_stop.clone());
+            async move { agent.run(stop.cancelled_owned()).await }
+        });
+        let channel_stop = CancellationToken::new();
+        let channel_tasks: Vec<JoinHandle<()>> = channels
+            .into_iter()
+            .map(|channel| {
+                let outbound = state.router.route_channel(channel.name());
+                channel.start(ChannelContext { bus: bus.clone(), outbound, shutdown: channel_stop.clone() })
+            })
+            .collect();
+        let server_stop = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, state.clone(), server_stop.clone()));
+
+        shutdown.await;
+        tracing::info!("gateway: shutting down");
+        state.draining.store(true, Ordering::Release);
+        channel_stop.cancel();
+        let mut stopped = Vec::new();
+        if !state.in_flight.wait_idle(DRAIN_GRACE).await {
+            stopped = state.in_flight.sessions();
+            stopped.sort();
+            stopped.dedup();
+            for key in &stopped {
+                agent.stop(key);
+            }
+            if !state.in_flight.wait_idle(STOP_GRACE).await {
+                tracing::warn!("gateway: requests still open after stopping their turns; closing them");
+            }
+        }
+        tracing::debug!(stopped = stopped.len(), "gateway: drained");
+        server_stop.cancel();
+        let _ = server.await;
+        tracing::debug!("gateway: listener closed");
+        for task in channel_tasks {
+            if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
+                tracing::warn!("gateway: a channel did not stop within {STOP_GRACE:?}");
+            }
+        }
+        // The loop's last act is `sessions.sync()`: waiting for it is the flush.
+        let flushing = std::time::Instant::now();
+        loop_stop.cancel();
+        if tokio::time::timeout(FLUSH_GRACE, loop_task).await.is_err() {
+            tracing::warn!("gateway: the agent loop did not stop within {FLUSH_GRACE:?}");
+        }
+        router_task.abort();
+        // Whatever a late turn wrote after the loop's flush; and the error,
+        // which the loop can only log.
+        agent.core().sessions.sync()?;
+        Ok(ShutdownReport { stopped, flush: flushing.elapsed() })
+    }
+}
+
+/// Accepts connections until `stop` fires; dropping the set then closes
+/// every connection still open.
+async fn serve(listener: TcpListener, state: Arc<api::ApiState>, stop: CancellationToken) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of descriptors and the like: back off, go on.
+                        tracing::warn!("gateway: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let state = state.clone();
+                connections.spawn(async move {
+                    let service = service_fn(move |request| api::handle(state.clone(), request));
+                    if let Err(e) = hyper::server::conn::http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service).await {
+                        tracing::debug!("gateway: connection ended: {e}");
+                    }
+                });
+            }
+        }
+    }
+}
