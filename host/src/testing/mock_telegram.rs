@@ -1060,7 +1060,7 @@ pub(crate) fn parse_html(text: &str) -> Result<String, String> {
         } else if rest.starts_with('>') {
             return Err(format!("Unexpected '>' at byte offset {at}"));
         } else if rest.starts_with('&') {
-            let end = rest[..rest.len().min(12)].find(';').ok_or_else(|| format!("Unsupported HTML entity at byte offset {at}"))?;
+            let end = rest.bytes().take(12).position(|b| b == b';').ok_or_else(|| format!("Unsupported HTML entity at byte offset {at}"))?;
             let name = &rest[1..end];
             let decoded = match name {
                 "lt" => Some('<'),
@@ -1605,6 +1605,7 @@ mod tests {
         assert!(parse_html("<b><i>x</b></i>").is_err());
         assert!(parse_html("<div>x</div>").is_err());
         assert!(parse_html("a & b").is_err());
+        assert!(parse_html("&漢字漢字漢字").is_err(), "a bare & before multi-byte text is refused, not a panic");
         assert!(parse_html("<b>x").is_err());
     }
 }
