@@ -912,8 +912,11 @@ fn parse_params(query: &str, content_type: &str, body: &[u8]) -> Result<(Map<Str
     Ok((params, uploads))
 }
 
+/// Text fields (name, value) and files of a multipart body.
+type Multipart = (Vec<(String, String)>, Vec<Upload>);
+
 /// A minimal `multipart/form-data` reader: text fields and files.
-fn parse_multipart(body: &[u8], boundary: &str) -> Option<(Vec<(String, String)>, Vec<Upload>)> {
+fn parse_multipart(body: &[u8], boundary: &str) -> Option<Multipart> {
     let delimiter = format!("--{boundary}").into_bytes();
     let mut fields = Vec::new();
     let mut files = Vec::new();
