@@ -27,4 +27,4 @@ pub use api::{HttpMethod, HttpRequest, TOKEN_PLACEHOLDER};
 pub use error::{Action, ApiError, TelegramError, api_result};
 pub use render::{OutgoingText, ParseMode, render_reply};
 pub use split::MAX_MESSAGE_UTF16;
-pub use update::{Batch, Conversation, InboundEvent, parse_get_updates, parse_update};
+pub use update::{Batch, Conversation, InboundEvent, parse_get_updates, parse_update, parse_webhook};

@@ -176,6 +176,11 @@ fn split(tokens: &[Token<'_>], limit: usize) -> Vec<String> {
         }
         let (mut cut, next) = if end == tokens.len() { (end, end) } else { break_point(tokens, start, end, limit) };
         let mut next = next;
+        // Inside a code block a blank line is content: a paragraph cut
+        // there drops one newline, not both.
+        if next == cut + 2 && in_pre(&replay(open.clone(), &tokens[start..cut])) {
+            next = cut + 1;
+        }
         // Tags opened right before the cut belong to the next part.
         while cut > start && matches!(tokens[cut - 1], Token::Open { .. }) {
             cut -= 1;
@@ -365,6 +370,16 @@ mod tests {
         let lines: Vec<&str> = visible.iter().flat_map(|v| v.lines()).filter(|l| l.contains("let")).collect();
         assert_eq!(lines, code.iter().map(String::as_str).collect::<Vec<_>>());
         assert!(visible.last().unwrap().ends_with("Done"));
+    }
+
+    #[test]
+    fn blank_lines_inside_a_code_block_survive_a_split() {
+        let code: Vec<String> = (0..300).map(|i| if i % 10 == 9 { String::new() } else { format!("  x{i}") }).collect();
+        let parts = split_html(&format!("<pre>{}</pre>", code.join("\n")), 500);
+        check(&parts, 500);
+        assert!(parts.len() > 3);
+        let visible: Vec<String> = parts.iter().map(|p| html_visible_text(p)).collect();
+        assert_eq!(visible.join("\n"), code.join("\n"));
     }
 
     #[test]

@@ -190,6 +190,13 @@ pub fn parse_get_updates(status: u16, body: &[u8], bot_username: &str) -> Result
     Ok(batch)
 }
 
+/// The body of a webhook request (its secret header already checked by the
+/// host) as an event, or `None` when it carries no message for the agent.
+pub fn parse_webhook(body: &[u8], bot_username: &str) -> Result<Option<InboundEvent>, TelegramError> {
+    let update: Value = serde_json::from_slice(body).map_err(|e| TelegramError::Malformed(format!("webhook body is not JSON: {e}")))?;
+    Ok(parse_update(&update, bot_username))
+}
+
 /// The offset after `updates`: the highest `update_id` + 1, or `current`
 /// when there are none (never lower than `current`).
 pub fn next_offset(current: Option<i64>, updates: &[Value]) -> Option<i64> {
@@ -562,6 +569,15 @@ mod tests {
             "chat": {"id": -200, "type": "channel", "title": "News"}, "sender_chat": {"id": -200, "type": "channel", "title": "News"}, "text": "x"}});
         let e = parse_update(&post, BOT).unwrap();
         assert_eq!((e.chat_kind, e.sender.id, e.sender.name.as_str()), (ChatKind::Channel, -200, "News"));
+    }
+
+    #[test]
+    fn webhook_bodies_parse_like_polled_updates() {
+        let body = message(77, private("via hook")).to_string();
+        let event = parse_webhook(body.as_bytes(), BOT).unwrap().unwrap();
+        assert_eq!((event.update_id, event.text.as_str()), (77, "via hook"));
+        assert_eq!(parse_webhook(br#"{"update_id": 1, "poll": {}}"#, BOT), Ok(None));
+        assert!(matches!(parse_webhook(b"not json", BOT), Err(TelegramError::Malformed(_))));
     }
 
     #[test]
