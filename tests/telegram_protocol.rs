@@ -13,7 +13,7 @@ use chitin_plugin_telegram::api::{self, ALLOWED_UPDATES, ChatAction};
 use chitin_plugin_telegram::error::{Action, ApiError, TelegramError, api_result};
 use chitin_plugin_telegram::render::{OutgoingText, ParseMode, render_preview, render_reply};
 use chitin_plugin_telegram::split::html_visible_len;
-use chitin_plugin_telegram::update::{Batch, Conversation, MediaKind, parse_get_updates};
+use chitin_plugin_telegram::update::{Batch, Conversation, InboundEvent, MediaKind, parse_get_updates, parse_webhook};
 use chitin_plugin_telegram::{HttpMethod, HttpRequest, MAX_MESSAGE_UTF16, TOKEN_PLACEHOLDER};
 
 /// Runs `request` as the host would, substituting `token` for the
@@ -235,4 +235,77 @@ async fn a_photo_in_is_fetched_by_file_id() {
     let path = api::file_path(&result).unwrap();
     let (status, bytes) = run(&client, &api::download_file(&mock.api_base(), &path), &mock.token()).await;
     assert_eq!((status, bytes), (200, b"\xff\xd8JPEG".to_vec()));
+}
+
+/// A webhook receiver doing what the host will: check the secret header,
+/// refuse with 401 when it is wrong, and hand only verified bodies to the
+/// adapter's `parse_webhook`. Returns its URL and the events it accepted.
+async fn webhook_receiver(secret: &'static str, bot: String) -> (String, tokio::sync::mpsc::UnboundedReceiver<InboundEvent>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/telegram", listener.local_addr().unwrap());
+    let (events, received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (events, bot) = (events.clone(), bot.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let head_end = loop {
+                    if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at + 4;
+                    }
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+                // Names are case-insensitive, values (the secret) are not.
+                let header = |name: &str| {
+                    head.lines().find(|l| l.to_ascii_lowercase().starts_with(name)).map(|l| l[name.len()..].trim().to_string())
+                };
+                let length: usize = header("content-length:").and_then(|v| v.parse().ok()).unwrap_or(0);
+                while buf.len() < head_end + length {
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let verified = header("x-telegram-bot-api-secret-token:").is_some_and(|v| v == secret);
+                let status = if verified {
+                    if let Ok(Some(event)) = parse_webhook(&buf[head_end..head_end + length], &bot) {
+                        let _ = events.send(event);
+                    }
+                    "200 OK"
+                } else {
+                    "401 Unauthorized"
+                };
+                let response = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = socket.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    (url, received)
+}
+
+#[tokio::test]
+async fn webhook_mode_delivers_only_with_the_right_secret() {
+    let mock = MockTelegram::start();
+    let client = reqwest::Client::new();
+    let secret = "hook-secret_42";
+    let (url, mut received) = webhook_receiver(secret, mock.username()).await;
+    let request = api::set_webhook(&mock.api_base(), &url, secret, ALLOWED_UPDATES).unwrap();
+    call(&client, &mock, &request).await.expect("setWebhook");
+
+    let wrong = mock.update_json(&MockUpdate::text(42, 7, "forged"));
+    assert_eq!(mock.deliver_webhook_with_secret(wrong.clone(), Some("guess")).await.unwrap(), 401);
+    assert_eq!(mock.deliver_webhook_with_secret(wrong.clone(), None).await.unwrap(), 401);
+    assert_eq!(mock.deliver_webhook_with_secret(wrong, Some("HOOK-SECRET_42")).await.unwrap(), 401, "the secret is case-sensitive");
+    let update = mock.update_json(&MockUpdate::text(-100, 7, "hi @chitin_test_bot").topic(3));
+    assert_eq!(mock.deliver_webhook(update).await.unwrap(), 200);
+
+    let event = received.recv().await.expect("the verified update");
+    assert_eq!((event.text.as_str(), event.session_key.as_str(), event.mentions_bot), ("hi @chitin_test_bot", "telegram:-100:topic:3", true));
+    assert!(received.try_recv().is_err(), "the forged updates never reached the adapter");
 }
