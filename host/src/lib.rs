@@ -24,6 +24,8 @@
 //! - [`gateway`]: `chitin gateway`, the always-on host: the agent loop over
 //!   the bus, the OpenAI-compatible API, the outbound router every front end
 //!   reads its answers from, and the place the chat channels will start;
+//! - [`channels`]: the channel manager: poll loops of channel components,
+//!   committed state, dedup, allow-lists, the per-channel lock and delivery;
 //! - [`testing`]: a scripted OpenAI-compatible server for tests and benches.
 //!
 //! Where this differs from `DESIGN.md`, and why:
@@ -46,6 +48,7 @@
 pub mod agent;
 pub mod app;
 pub mod bus;
+pub mod channels;
 pub mod compact;
 pub mod config;
 pub mod gateway;

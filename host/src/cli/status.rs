@@ -35,9 +35,18 @@ pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
         Err(e) => format!("auth token: MISSING — {e}"),
     };
     outln!("gateway:    http://{} ({auth})", gateway.listen)?;
-    let channels: Vec<&str> = app.config.channels.keys().map(String::as_str).collect();
-    let channels = if channels.is_empty() { "none".to_string() } else { format!("{} configured (not started: the channel runtime is not built yet)", channels.join(", ")) };
-    outln!("channels:   {}", for_terminal(&channels))?;
+    if app.config.channels.is_empty() {
+        outln!("channels:   none")?;
+    } else {
+        outln!("channels:")?;
+        for (name, raw) in &app.config.channels {
+            let line = match chitin::channels::config::plugin_of(name, raw) {
+                Ok((enabled, plugin)) => format!("{plugin}: {}", chitin::channels::status_line(app.data.root(), name, enabled)),
+                Err(e) => format!("INVALID — {e}"),
+            };
+            outln!("  {:<12} {}", shown(name, 64, "name"), for_terminal(&line))?;
+        }
+    }
     let limits = &app.config.limits;
     outln!("limits:     {} ms, {} MiB, {} KiB output per tool call", limits.timeout_ms, limits.memory_mb, limits.max_output_kb)?;
     outln!("plugins:")?;

@@ -1,5 +1,5 @@
 //! `chitin gateway`: the always-on host. One process runs the agent loop
-//! over the bus, the OpenAI-compatible API, and (later) the chat channels.
+//! over the bus, the OpenAI-compatible API, and the chat channels.
 //!
 //! Shape (spec §2–3, nanobot's gateway): every front end publishes
 //! [`InboundMessage`](crate::bus::InboundMessage)s and reads its answers
@@ -45,7 +45,7 @@ pub use router::OutboundRouter;
 use crate::agent::AgentLoop;
 use crate::app::{App, AppError};
 use crate::bus::{MessageBus, OutboundMessage};
-use crate::config::{Config, ConfigError, GatewayAuth};
+use crate::config::{ConfigError, GatewayAuth};
 use crate::session::SessionError;
 
 /// How long requests in flight may take to finish after shutdown begins.
@@ -70,14 +70,16 @@ pub enum GatewayError {
     /// The listen address could not be bound.
     #[error("cannot listen on {addr} (config [gateway] listen): {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    /// A `[channels.<name>]` table is unusable.
+    #[error(transparent)]
+    Channel(#[from] crate::channels::ChannelSetupError),
     /// Sessions could not be flushed at shutdown.
     #[error("flushing sessions at shutdown: {0}")]
     Sync(#[from] SessionError),
 }
 
-/// A chat channel the gateway runs next to the API. Channels land with the
-/// channel runtime (issue 10, items 1–5); [`channels`] is where the gateway
-/// will build them from `[channels.<name>]`.
+/// A chat channel the gateway runs next to the API; [`channels`] builds
+/// them from `[channels.<name>]` ([`crate::channels::ComponentChannel`]).
 pub trait Channel: Send + 'static {
     /// The bus channel name (`telegram`).
     fn name(&self) -> &str;
@@ -96,9 +98,10 @@ pub struct ChannelContext {
     pub shutdown: CancellationToken,
 }
 
-/// The channels `[channels]` enables: none yet (see [`Channel`]).
-pub fn channels(_config: &Config) -> Vec<Box<dyn Channel>> {
-    Vec::new()
+/// The channels `[channels]` enables, each over its loaded channel plugin.
+pub fn channels(app: &App) -> Result<Vec<Box<dyn Channel>>, GatewayError> {
+    let built = crate::channels::build(&app.config.channels, &app.catalog, &app.runtime, app.data.root())?;
+    Ok(built.into_iter().map(|c| Box::new(c) as Box<dyn Channel>).collect())
 }
 
 /// How the shutdown went.
@@ -126,13 +129,14 @@ impl Gateway {
     pub async fn bind(app: &App) -> Result<Gateway, GatewayError> {
         let config = &app.config.gateway;
         let auth = config.auth()?;
+        let channels = channels(app)?;
         let provider = app.provider()?;
         let bus = Arc::new(MessageBus::new());
         let agent = AgentLoop::new(Arc::new(app.agent_core(provider, bus.clone(), Vec::new())));
         let listener = TcpListener::bind(config.listen).await.map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth));
-        Ok(Gateway { listener, addr, state, bus, channels: channels(&app.config) })
+        Ok(Gateway { listener, addr, state, bus, channels })
     }
 
     /// The bound address (the real port when `listen` asked for port 0).

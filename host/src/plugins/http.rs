@@ -90,7 +90,7 @@ impl WasiHttpHooks for HttpPolicy {
 }
 
 /// Decides one request. Returns the address to pin a plain-HTTP request to.
-async fn admit(plugin: &str, granted: &[HostPattern], uri: &Uri) -> Result<Option<SocketAddr>, HttpError> {
+pub(crate) async fn admit(plugin: &str, granted: &[HostPattern], uri: &Uri) -> Result<Option<SocketAddr>, HttpError> {
     let deny = |reason: String| {
         tracing::warn!(plugin, %uri, "outgoing HTTP denied: {reason}");
         HttpError::HttpRequestDenied

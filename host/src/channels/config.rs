@@ -1,0 +1,208 @@
+//! `[channels.<name>]`: what the user says about one channel.
+//!
+//! The gateway keeps `[channels]` as raw TOML because which keys are secrets
+//! depends on the plugin: a key named like one of the manifest's declared
+//! secrets (`bot_token`) is a secret, its `${VAR}`s expanded, and it never
+//! reaches the component; the host keys (`enabled`, `plugin`, `allow_from`,
+//! `mode`, `api_base`) are the host's; everything else is a free-form
+//! setting passed to the component's `start(config)` as JSON. A setting that
+//! uses `${VAR}` is refused, since an expanded variable in a setting would be
+//! a secret handed to the sandbox.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::ChannelSetupError;
+use crate::config::expand_env;
+
+/// Who may talk to the channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowFrom {
+    /// `["*"]`: anyone.
+    Anyone,
+    /// These sender ids only (empty: nobody).
+    Only(Vec<String>),
+}
+
+impl AllowFrom {
+    /// Whether `sender` may reach the agent.
+    pub fn allows(&self, sender: &str) -> bool {
+        match self {
+            AllowFrom::Anyone => true,
+            AllowFrom::Only(ids) => ids.iter().any(|id| id == sender),
+        }
+    }
+}
+
+/// One `[channels.<name>]` table, resolved against the plugin's declared
+/// secrets.
+#[derive(Clone)]
+pub struct ChannelConfig {
+    /// The channel's name (the table key, and the bus channel).
+    pub name: String,
+    /// `enabled` (default false).
+    pub enabled: bool,
+    /// `plugin` (default: the channel name).
+    pub plugin: String,
+    /// `allow_from` (default: nobody).
+    pub allow_from: AllowFrom,
+    /// `api_base`: where the platform's API is served instead of its public
+    /// host (a local Bot API server, a mock in tests).
+    pub api_base: Option<String>,
+    /// Secret values by declared name, `${VAR}` expanded.
+    pub secrets: BTreeMap<String, String>,
+    /// The rest, for the component's `start(config)`.
+    pub settings: Map<String, Value>,
+}
+
+/// Secret values are never printed.
+impl std::fmt::Debug for ChannelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelConfig")
+            .field("name", &self.name)
+            .field("enabled", &self.enabled)
+            .field("plugin", &self.plugin)
+            .field("allow_from", &self.allow_from)
+            .field("api_base", &self.api_base)
+            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+const HOST_KEYS: [&str; 5] = ["enabled", "plugin", "allow_from", "mode", "api_base"];
+
+fn table<'a>(name: &str, raw: &'a toml::Value) -> Result<&'a toml::Table, ChannelSetupError> {
+    raw.as_table().ok_or_else(|| ChannelSetupError::Config { key: format!("channels.{name}"), message: "must be a table".into() })
+}
+
+/// `enabled` and `plugin` of a table, read before the plugin is known.
+pub fn plugin_of(name: &str, raw: &toml::Value) -> Result<(bool, String), ChannelSetupError> {
+    let t = table(name, raw)?;
+    let bad = |key: &str, what: &str| ChannelSetupError::Config { key: format!("channels.{name}.{key}"), message: format!("must be {what}") };
+    let enabled = match t.get("enabled") {
+        None => false,
+        Some(v) => v.as_bool().ok_or_else(|| bad("enabled", "true or false"))?,
+    };
+    let plugin = match t.get("plugin") {
+        None => name.to_string(),
+        Some(v) => v.as_str().ok_or_else(|| bad("plugin", "a plugin name"))?.to_string(),
+    };
+    Ok((enabled, plugin))
+}
+
+impl ChannelConfig {
+    /// Reads `[channels.<name>]`; `is_secret` says which keys the plugin
+    /// declares as secrets.
+    pub fn parse(name: &str, raw: &toml::Value, is_secret: impl Fn(&str) -> bool) -> Result<ChannelConfig, ChannelSetupError> {
+        let (enabled, plugin) = plugin_of(name, raw)?;
+        let t = table(name, raw)?;
+        let key = |k: &str| format!("channels.{name}.{k}");
+        let bad = |k: &str, message: String| ChannelSetupError::Config { key: key(k), message };
+        let allow_from = match t.get("allow_from") {
+            None => AllowFrom::Only(Vec::new()),
+            Some(toml::Value::Array(items)) => {
+                let ids: Vec<String> = items
+                    .iter()
+                    .map(|v| match v {
+                        toml::Value::String(s) => Ok(s.clone()),
+                        toml::Value::Integer(i) => Ok(i.to_string()),
+                        _ => Err(bad("allow_from", "must list sender ids (strings) or \"*\"".into())),
+                    })
+                    .collect::<Result<_, _>>()?;
+                if ids.iter().any(|id| id == "*") { AllowFrom::Anyone } else { AllowFrom::Only(ids) }
+            }
+            Some(_) => return Err(bad("allow_from", "must be a list: [\"*\"] or [\"123\", ...]".into())),
+        };
+        match t.get("mode").map(|v| v.as_str()) {
+            None | Some(Some("poll")) => {}
+            Some(Some("webhook")) => {
+                return Err(bad("mode", "\"webhook\" is not yet supported by the channel manager; use mode = \"poll\"".into()));
+            }
+            Some(other) => return Err(bad("mode", format!("must be \"poll\" (or, later, \"webhook\"), not {other:?}"))),
+        }
+        let api_base = match t.get("api_base") {
+            None => None,
+            Some(v) => {
+                let base = v.as_str().ok_or_else(|| bad("api_base", "must be a URL".into()))?;
+                let base = expand_env(base, &key("api_base")).map_err(ChannelSetupError::Env)?;
+                let url = reqwest::Url::parse(&base).map_err(|e| bad("api_base", format!("`{base}` is not a URL: {e}")))?;
+                if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+                    return Err(bad("api_base", format!("`{base}` must be an http or https URL")));
+                }
+                Some(base.trim_end_matches('/').to_string())
+            }
+        };
+        let mut secrets = BTreeMap::new();
+        let mut settings = Map::new();
+        for (k, v) in t {
+            if HOST_KEYS.contains(&k.as_str()) {
+                continue;
+            }
+            if is_secret(k) {
+                let raw = v.as_str().ok_or_else(|| bad(k, "a secret must be a string, e.g. \"${TELEGRAM_BOT_TOKEN}\"".into()))?;
+                let value = expand_env(raw, &key(k)).map_err(ChannelSetupError::Env)?;
+                if value.is_empty() {
+                    return Err(bad(k, "the secret is empty".into()));
+                }
+                secrets.insert(k.clone(), value);
+            } else {
+                let json = serde_json::to_value(v).map_err(|e| bad(k, e.to_string()))?;
+                if json.to_string().contains("${") {
+                    return Err(bad(k, "uses ${VAR}, but is not a secret the plugin declares (only declared secrets are expanded; settings are visible to the component)".into()));
+                }
+                settings.insert(k.clone(), json);
+            }
+        }
+        Ok(ChannelConfig { name: name.to_string(), enabled, plugin, allow_from, api_base, secrets, settings })
+    }
+
+    /// The JSON for `start(config)`: the settings, never a secret value.
+    pub fn start_json(&self) -> String {
+        Value::Object(self.settings.clone()).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ChannelConfig, ChannelSetupError> {
+        let value: toml::Value = toml::from_str(text).unwrap();
+        ChannelConfig::parse("tg", &value, |k| k == "bot_token")
+    }
+
+    #[test]
+    fn host_keys_secrets_and_settings_are_told_apart() {
+        // SAFETY: a variable only this test uses.
+        unsafe { std::env::set_var("CHITIN_TEST_CHAN_TOKEN_Q7", "s3cr3t-v4lue") };
+        let c = parse("enabled = true\nallow_from = [\"*\"]\nbot_token = \"${CHITIN_TEST_CHAN_TOKEN_Q7}\"\ngreeting = \"hi\"\napi_base = \"http://127.0.0.1:9/\"\n").unwrap();
+        assert!(c.enabled);
+        assert_eq!(c.plugin, "tg");
+        assert_eq!(c.allow_from, AllowFrom::Anyone);
+        assert_eq!(c.api_base.as_deref(), Some("http://127.0.0.1:9"));
+        assert_eq!(c.secrets["bot_token"], "s3cr3t-v4lue");
+        assert_eq!(c.start_json(), r#"{"greeting":"hi"}"#);
+        assert!(!format!("{c:?}").contains("s3cr3t"), "Debug never shows a secret");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = parse("bot_token = \"${CHITIN_TEST_UNSET_CHAN_Z9}\"").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.bot_token") && e.contains("CHITIN_TEST_UNSET_CHAN_Z9"), "{e}");
+        let e = parse("mode = \"webhook\"").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.mode") && e.contains("not yet supported"), "{e}");
+        let e = parse("other = \"${HOME}\"").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.other"), "{e}");
+        let e = parse("allow_from = \"*\"").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.allow_from"), "{e}");
+    }
+
+    #[test]
+    fn allow_from_lists_ids_and_defaults_to_nobody() {
+        let c = parse("allow_from = [\"123\", 456]").unwrap();
+        assert!(c.allow_from.allows("123") && c.allow_from.allows("456") && !c.allow_from.allows("789"));
+        assert!(!parse("").unwrap().allow_from.allows("123"), "no allow_from: nobody");
+    }
+}

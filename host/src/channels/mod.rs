@@ -1,0 +1,586 @@
+//! The channel manager: runs chat-channel components (`channel-plugin` of
+//! `chitin:plugin@0.2.0`) in poll mode, owning every transport, the state,
+//! dedup, allow-lists and the lock, so the component stays a pure step
+//! function (`../shared/spec/CHANNELS.md`).
+//!
+//! Why the host owns all of this: the one other host that let a component
+//! hold its long poll lost offsets (state written in a throwaway instance),
+//! sent 2–4 duplicate replies per message, and let two pollers share a
+//! token. Here the component never sees a socket or a token, and its state
+//! moves only through [`record::ChannelRecord`] commits.
+//!
+//! # The poll loop
+//! `start(config, state)` once, then: `poll-request(state)` → the host runs
+//! the request ([`transport`]: grant, secrets, redaction) → `poll-response`
+//! → a step within bounds → **commit 1**: new state + the step's event ids
+//! marked seen + accepted messages appended to the inbox, one atomic file
+//! → publish the inbox on the bus → **commit 2**: inbox emptied. On start
+//! the inbox left by a previous run is published first.
+//!
+//! Emits whose event id is already seen are dropped; senders not in
+//! `allow_from` are logged (sender id only) and dropped in the same commit,
+//! so they never reach the bus nor cost a model request.
+//!
+//! # The crash guarantee (exactly what holds)
+//! - A crash **before commit 1** (during the poll, the callback, or after
+//!   the step returned) keeps the old state: the next run polls the same
+//!   offset, the platform re-sends the unconfirmed updates (Telegram confirms
+//!   an update only when `getUpdates` is called with a higher offset), and
+//!   nothing of them was seen or published: **nothing lost, nothing twice**.
+//! - A crash **between commit 1 and the publish** leaves the messages in
+//!   the inbox: the next run publishes them before polling; the new offset
+//!   and the seen ids keep the platform's re-sends out: **nothing lost,
+//!   nothing twice**.
+//! - A crash **between the publish and commit 2** (no `.await` between
+//!   them, only the write and `fsync` of commit 2) replays those messages on
+//!   the next run: the agent may see them **twice**. The bus is in memory,
+//!   so this window cannot be closed without an acknowledgement from the
+//!   agent's session store; it is at-least-once there.
+//!
+//! A failed step (trap, timeout, bounds, `transient`, a transport error)
+//! commits nothing and backs off 1, 2, 4 … 60 s (a 429's `retry_after`
+//! when the response had one); `fatal` stops the channel with its reason,
+//! no restart loop. The lock ([`record::ChannelLock`]) makes a second
+//! gateway on the same channel stop with "already running (pid N)".
+//!
+//! # Outbound
+//! The channel's route in the router is read by one task: final `Message`s
+//! (streamed or not: this manager does not show deltas yet, so the whole
+//! text goes out) are passed to `deliver` one at a time, at most
+//! `limits.rate_per_chat_per_min` per chat per minute, a `transient` error
+//! or trap retried after 1, 2 and 4 s. `deliver` runs the component's own
+//! `wasi:http` requests under its grant.
+
+pub mod config;
+pub mod record;
+pub mod transport;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::bus::{InboundMessage, MessageBus, OutboundKind, OutboundMessage};
+use crate::config::ConfigError;
+use crate::gateway::{Channel, ChannelContext};
+use crate::plugins::channel::{Action, Callback, Outgoing, Step};
+use crate::plugins::ChannelFailure;
+use crate::plugins::runtime::{LoadedPlugin, PluginRuntime};
+use crate::plugins::secrets::Secrets;
+use crate::plugins::{PluginCatalog, PluginError};
+use crate::plugins::world::World;
+
+pub use config::{AllowFrom, ChannelConfig};
+use record::{ChannelLock, ChannelRecord};
+use transport::Transport;
+
+/// Longest backoff after failed steps.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The test-only crash point (see `host/tests/channels.rs`): with this
+/// variable set to `1`, the process kills itself with SIGKILL after a step
+/// with emits returned and before it is committed.
+pub const CRASH_BEFORE_COMMIT_VAR: &str = "CHITIN_TEST_CRASH_BEFORE_COMMIT";
+
+/// Why a channel could not be set up or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelSetupError {
+    /// A key of `[channels.<name>]` is wrong.
+    #[error("config key `{key}`: {message}")]
+    Config { key: String, message: String },
+    /// A `${VAR}` is not set.
+    #[error(transparent)]
+    Env(ConfigError),
+    /// The plugin is not loaded or not a channel.
+    #[error("channel `{channel}`: {message}")]
+    Plugin { channel: String, message: String },
+    /// Reading or writing the record or lock failed.
+    #[error("{what} ({path}): {source}")]
+    Io { what: &'static str, path: PathBuf, source: std::io::Error },
+    /// The record does not parse.
+    #[error("channel record {path} is corrupt: {message} (move it away to start the channel afresh)")]
+    Corrupt { path: PathBuf, message: String },
+    /// Another process polls this channel.
+    #[error("already running (pid {pid}; lock {path})")]
+    AlreadyRunning { pid: String, path: PathBuf },
+}
+
+/// Where a channel stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelStatus {
+    Running,
+    Stopped(String),
+    BackingOff(u32),
+}
+
+impl std::fmt::Display for ChannelStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChannelStatus::Running => write!(f, "running"),
+            ChannelStatus::Stopped(reason) => write!(f, "stopped: {reason}"),
+            ChannelStatus::BackingOff(n) => write!(f, "backing off ({n})"),
+        }
+    }
+}
+
+/// The wait after the `n`th failed step in a row: 1, 2, 4 … 60 s.
+pub fn backoff(n: u32) -> Duration {
+    Duration::from_secs(1u64 << n.saturating_sub(1).min(6)).min(MAX_BACKOFF)
+}
+
+/// The directory of the channel records.
+pub fn channels_dir(data_root: &Path) -> PathBuf {
+    data_root.join("channels")
+}
+
+/// A channel plugin from the catalog, configured, ready to start.
+pub struct ComponentChannel {
+    config: ChannelConfig,
+    plugin: Arc<LoadedPlugin>,
+    runtime: Arc<PluginRuntime>,
+    dir: PathBuf,
+}
+
+/// Builds a [`ComponentChannel`] for every enabled `[channels.*]`.
+pub fn build(
+    channels: &std::collections::BTreeMap<String, toml::Value>,
+    catalog: &PluginCatalog,
+    runtime: &Arc<PluginRuntime>,
+    data_root: &Path,
+) -> Result<Vec<ComponentChannel>, ChannelSetupError> {
+    let mut out = Vec::new();
+    for (name, raw) in channels {
+        let (enabled, plugin_name) = config::plugin_of(name, raw)?;
+        if !enabled {
+            continue;
+        }
+        let bad = |message: String| ChannelSetupError::Plugin { channel: name.clone(), message };
+        let plugin = catalog.get(&plugin_name).ok_or_else(|| bad(format!("no plugin `{plugin_name}` is loaded (config key channels.{name}.plugin; install it under the plugins directory)")))?;
+        if plugin.world != World::ChannelV0_2 {
+            return Err(bad(format!("plugin `{plugin_name}` is not a channel plugin (its world is {})", plugin.world)));
+        }
+        let spec = plugin.manifest.channel.as_ref().ok_or_else(|| bad(format!("plugin `{plugin_name}` has no `channel` section")))?;
+        let config = ChannelConfig::parse(name, raw, |k| spec.secrets.iter().any(|s| s.name == k))?;
+        if config.allow_from == AllowFrom::Only(Vec::new()) {
+            tracing::warn!(channel = %name, "channels.{name}.allow_from is empty: nobody can talk to this channel (set [\"*\"] or sender ids)");
+        }
+        out.push(ComponentChannel { config, plugin: plugin.clone(), runtime: runtime.clone(), dir: channels_dir(data_root) });
+    }
+    Ok(out)
+}
+
+impl Channel for ComponentChannel {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn start(self: Box<Self>, ctx: ChannelContext) -> JoinHandle<()> {
+        tokio::spawn(async move {
+            let name = self.config.name.clone();
+            let status = match Poller::open(*self, ctx).await {
+                Ok(poller) => poller.run().await,
+                Err((mut ctx, e)) => {
+                    tracing::error!(channel = %name, "channel stopped: {e}");
+                    // Keep reading the route so replies are not queued forever.
+                    ctx.outbound.close();
+                    ChannelStatus::Stopped(e.to_string())
+                }
+            };
+            tracing::info!(channel = %name, "channel {status}");
+        })
+    }
+}
+
+/// One running channel's poll side.
+struct Poller {
+    name: String,
+    config: ChannelConfig,
+    plugin: Arc<LoadedPlugin>,
+    runtime: Arc<PluginRuntime>,
+    transport: Arc<Transport>,
+    record: ChannelRecord,
+    path: PathBuf,
+    bus: Arc<MessageBus>,
+    shutdown: CancellationToken,
+    outbound: Option<JoinHandle<()>>,
+    _lock: ChannelLock,
+}
+
+impl Poller {
+    async fn open(channel: ComponentChannel, ctx: ChannelContext) -> Result<Poller, (ChannelContext, ChannelSetupError)> {
+        let ComponentChannel { config, plugin, runtime, dir } = channel;
+        let name = config.name.clone();
+        let setup = || -> Result<(ChannelLock, ChannelRecord, Transport), ChannelSetupError> {
+            std::fs::create_dir_all(&dir).map_err(|source| ChannelSetupError::Io { what: "creating the channels directory", path: dir.clone(), source })?;
+            let path = dir.join(format!("{name}.json"));
+            let lock = match ChannelLock::acquire(&dir.join(format!("{name}.lock"))) {
+                Ok(lock) => lock,
+                Err(e) => {
+                    // Say so in the record too, for `chitin status` (best effort).
+                    return Err(e);
+                }
+            };
+            let record = ChannelRecord::load(&path)?;
+            let spec = plugin.manifest.channel.as_ref().expect("checked in build");
+            let secrets = Secrets::new(&spec.secrets, |n| config.secrets.get(n).map(String::as_str))
+                .map_err(|e| ChannelSetupError::Config { key: format!("channels.{name}"), message: e.to_string() })?;
+            let platform = spec.secrets.iter().find_map(|s| s.audience.as_deref());
+            let transport = Transport::new(plugin.name(), plugin.grant.network.clone(), secrets, platform, config.api_base.as_deref());
+            Ok((lock, record, transport))
+        };
+        match setup() {
+            Ok((lock, record, transport)) => {
+                let transport = Arc::new(transport);
+                let limits = plugin.manifest.channel.as_ref().map(|c| c.limits.rate_per_chat_per_min).unwrap_or(20);
+                let outbound = tokio::spawn(deliver_loop(name.clone(), plugin.clone(), runtime.clone(), ctx.outbound, limits));
+                Ok(Poller {
+                    path: dir.join(format!("{name}.json")),
+                    name,
+                    config,
+                    plugin,
+                    runtime,
+                    transport,
+                    record,
+                    bus: ctx.bus,
+                    shutdown: ctx.shutdown,
+                    outbound: Some(outbound),
+                    _lock: lock,
+                })
+            }
+            Err(e) => Err((ctx, e)),
+        }
+    }
+
+    fn set_status(&mut self, status: &ChannelStatus) {
+        self.record.status = status.to_string();
+        if let Err(e) = self.record.save(&self.path) {
+            tracing::warn!(channel = %self.name, "{e}");
+        }
+    }
+
+    /// Publishes the inbox and empties it (commit 2).
+    fn flush_inbox(&mut self) -> Result<(), ChannelSetupError> {
+        if self.record.inbox.is_empty() {
+            return Ok(());
+        }
+        for message in self.record.inbox.drain(..) {
+            self.bus.publish_inbound(message);
+        }
+        self.record.save(&self.path)
+    }
+
+    /// Applies a valid step: commit 1, then publish, then commit 2. Returns
+    /// the step's `poll-after`.
+    fn commit(&mut self, step: Step) -> Result<Option<u32>, ChannelSetupError> {
+        let now = Utc::now();
+        let mut poll_after = None;
+        let mut http = Vec::new();
+        let mut emitted = false;
+        for action in step.actions {
+            match action {
+                Action::Emit(inbound) => {
+                    emitted = true;
+                    if let Some(message) = accept(&mut self.record, &self.name, &self.config.allow_from, &inbound, now) {
+                        self.record.inbox.push(message);
+                    }
+                }
+                Action::PollAfter(ms) => poll_after = Some(ms),
+                Action::Http(request) => http.push(request),
+                other => tracing::warn!(channel = %self.name, "action not supported in poll mode yet, ignored: {}", action_name(&other)),
+            }
+        }
+        if emitted && std::env::var(CRASH_BEFORE_COMMIT_VAR).is_ok_and(|v| v == "1") {
+            tracing::warn!(channel = %self.name, "{CRASH_BEFORE_COMMIT_VAR}=1: killing the process before the commit");
+            // SAFETY: kill(2) on our own pid; SIGKILL, as a crash would.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        self.record.state = step.state;
+        self.record.status = ChannelStatus::Running.to_string();
+        self.record.save(&self.path)?;
+        self.flush_inbox()?;
+        for request in http {
+            let (transport, name) = (self.transport.clone(), self.name.clone());
+            tokio::spawn(async move {
+                if let Err(e) = transport.run(&request).await {
+                    tracing::warn!(channel = %name, "http action failed: {e}");
+                }
+            });
+        }
+        Ok(poll_after)
+    }
+
+    async fn run(mut self) -> ChannelStatus {
+        let status = self.poll_loop().await;
+        self.set_status(&status);
+        if let Some(task) = self.outbound.take() {
+            task.abort();
+        }
+        status
+    }
+
+    async fn poll_loop(&mut self) -> ChannelStatus {
+        if let Err(e) = self.flush_inbox() {
+            return ChannelStatus::Stopped(e.to_string());
+        }
+        let spec = self.plugin.manifest.channel.clone().expect("checked in build");
+        let interval = Duration::from_millis(u64::from(spec.poll.as_ref().map_or(0, |p| p.interval_ms)));
+        let mut failures: u32 = 0;
+        let mut started = false;
+        let mut wait = Duration::ZERO;
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return ChannelStatus::Stopped("gateway shut down".into()),
+                _ = tokio::time::sleep(wait) => {}
+            }
+            let round = if started { self.poll_once().await } else { self.start_once().await };
+            match round {
+                Ok(poll_after) => {
+                    started = true;
+                    if failures > 0 {
+                        tracing::info!(channel = %self.name, "channel recovered after {failures} failed step(s)");
+                        failures = 0;
+                    }
+                    wait = poll_after.map_or(interval, |ms| Duration::from_millis(u64::from(ms)));
+                }
+                Err(Failure::Fatal(reason)) => {
+                    tracing::error!(channel = %self.name, "channel stopped: {reason}");
+                    return ChannelStatus::Stopped(reason);
+                }
+                Err(Failure::Shutdown) => return ChannelStatus::Stopped("gateway shut down".into()),
+                Err(Failure::Retry { reason, after }) => {
+                    failures += 1;
+                    wait = after.unwrap_or_else(|| backoff(failures));
+                    tracing::warn!(channel = %self.name, "channel step failed ({failures} in a row), retrying in {wait:?}: {reason}");
+                    self.set_status(&ChannelStatus::BackingOff(failures));
+                }
+            }
+        }
+    }
+
+    async fn start_once(&mut self) -> Result<Option<u32>, Failure> {
+        let config = self.config.start_json();
+        let step = self.runtime.channel_step(&self.plugin, Callback::Start { config: &config }, &self.record.state).await.map_err(|e| self.failure(e, None))?;
+        self.commit(step).map_err(|e| Failure::Fatal(e.to_string()))
+    }
+
+    async fn poll_once(&mut self) -> Result<Option<u32>, Failure> {
+        let request = self.runtime.channel_poll_request(&self.plugin, &self.record.state).await.map_err(|e| self.failure(e, None))?;
+        let response = tokio::select! {
+            _ = self.shutdown.cancelled() => return Err(Failure::Shutdown),
+            response = self.transport.run(&request) => response,
+        };
+        let response = response.map_err(|e| Failure::Retry { reason: e.to_string(), after: None })?;
+        let after = (response.status == 429).then(|| transport::retry_after(&response.headers, &response.body)).flatten();
+        let step = self.runtime.channel_step(&self.plugin, Callback::PollResponse(&response), &self.record.state).await.map_err(|e| self.failure(e, after))?;
+        self.commit(step).map_err(|e| Failure::Fatal(e.to_string()))
+    }
+
+    fn failure(&self, error: PluginError, after: Option<Duration>) -> Failure {
+        let reason = self.transport.secrets().redact(&error.to_string()).into_owned();
+        match error {
+            PluginError::Channel { kind: ChannelFailure::Fatal, .. } => Failure::Fatal(reason),
+            _ => Failure::Retry { reason, after },
+        }
+    }
+}
+
+/// Takes one emit into the record: `None` for a duplicate event id or a
+/// sender not in `allow_from` (logged, sender id only); the event id is
+/// marked seen either way, so a re-sent refused message is not logged again.
+pub fn accept(record: &mut ChannelRecord, channel: &str, allow: &AllowFrom, inbound: &crate::plugins::channel::Inbound, now: chrono::DateTime<Utc>) -> Option<InboundMessage> {
+    if record.is_seen(&inbound.event_id) {
+        tracing::debug!(channel, event = %inbound.event_id, "duplicate event dropped");
+        return None;
+    }
+    record.mark_seen(&inbound.event_id, now);
+    if !allow.allows(&inbound.sender_id) {
+        tracing::info!(channel, sender = %inbound.sender_id, "message from a sender not in allow_from dropped");
+        return None;
+    }
+    let mut message = InboundMessage::new(channel, &inbound.sender_id, &inbound.chat_id, &inbound.text);
+    message.metadata.insert("event_id".into(), Value::from(inbound.event_id.clone()));
+    if let Some(name) = &inbound.sender_name {
+        message.metadata.insert("sender_name".into(), Value::from(name.clone()));
+    }
+    if let Some(thread) = &inbound.thread {
+        message.metadata.insert("thread".into(), Value::from(thread.clone()));
+        message.session_key_override = Some(format!("{channel}:{}:{thread}", inbound.chat_id));
+    }
+    Some(message)
+}
+
+enum Failure {
+    Fatal(String),
+    Retry { reason: String, after: Option<Duration> },
+    Shutdown,
+}
+
+fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::Emit(_) => "emit",
+        Action::Respond(_) => "respond",
+        Action::Http(_) => "http",
+        Action::SocketOpen(_) => "socket-open",
+        Action::SocketReplace(_) => "socket-replace",
+        Action::SocketSend(_) => "socket-send",
+        Action::SocketClose(_) => "socket-close",
+        Action::SetTimer(_) => "set-timer",
+        Action::CancelTimer(_) => "cancel-timer",
+        Action::PollAfter(_) => "poll-after",
+    }
+}
+
+/// Per-chat sliding-window rate limit: at most `per_min` sends in any 60 s.
+#[derive(Debug, Default)]
+pub struct RateLimit {
+    per_min: usize,
+    sent: HashMap<String, VecDeque<Instant>>,
+}
+
+impl RateLimit {
+    pub fn new(per_min: u32) -> Self {
+        RateLimit { per_min: per_min.max(1) as usize, sent: HashMap::new() }
+    }
+
+    /// How long to wait before sending to `chat` at `now` (zero: go), and
+    /// records the send when zero.
+    pub fn check(&mut self, chat: &str, now: Instant) -> Duration {
+        let window = Duration::from_secs(60);
+        let sent = self.sent.entry(chat.to_string()).or_default();
+        while sent.front().is_some_and(|t| now.duration_since(*t) >= window) {
+            sent.pop_front();
+        }
+        if sent.len() >= self.per_min {
+            return window - now.duration_since(sent[0]);
+        }
+        sent.push_back(now);
+        Duration::ZERO
+    }
+}
+
+/// Delivery retry waits: 1, 2, 4 s.
+const DELIVER_RETRIES: [Duration; 3] = [Duration::from_secs(1), Duration::from_secs(2), Duration::from_secs(4)];
+
+async fn deliver_loop(
+    name: String,
+    plugin: Arc<LoadedPlugin>,
+    runtime: Arc<PluginRuntime>,
+    mut outbound: tokio::sync::mpsc::UnboundedReceiver<OutboundMessage>,
+    rate_per_min: u32,
+) {
+    let mut rate = RateLimit::new(rate_per_min);
+    while let Some(message) = outbound.recv().await {
+        if !matches!(message.kind, OutboundKind::Message { .. }) || message.content.is_empty() {
+            continue;
+        }
+        loop {
+            let wait = rate.check(&message.chat_id, Instant::now());
+            if wait.is_zero() {
+                break;
+            }
+            tracing::debug!(channel = %name, chat = %message.chat_id, "rate limit: waiting {wait:?}");
+            tokio::time::sleep(wait).await;
+        }
+        let outgoing = Outgoing {
+            chat_id: message.chat_id.clone(),
+            thread: message.metadata.get("thread").and_then(Value::as_str).map(str::to_string),
+            text: message.content.clone(),
+            reply_to: message.reply_to.clone(),
+            media: Vec::new(),
+        };
+        let mut attempt = 0;
+        loop {
+            match runtime.channel_deliver(&plugin, &outgoing).await {
+                Ok(ids) => {
+                    tracing::info!(channel = %name, chat = %outgoing.chat_id, ids = ?ids, "reply delivered");
+                    break;
+                }
+                Err(PluginError::Channel { kind: ChannelFailure::Fatal, message, .. }) => {
+                    tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery refused (fatal), reply dropped: {message}");
+                    break;
+                }
+                Err(e) if attempt < DELIVER_RETRIES.len() => {
+                    tracing::warn!(channel = %name, chat = %outgoing.chat_id, "delivery failed, retrying in {:?}: {e}", DELIVER_RETRIES[attempt]);
+                    tokio::time::sleep(DELIVER_RETRIES[attempt]).await;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery failed {} times, reply dropped: {e}", attempt + 1);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// A line for `chitin status` about channel `name`, read without a gateway:
+/// the lock says whether a process runs it, the record its last status.
+pub fn status_line(data_root: &Path, name: &str, enabled: bool) -> String {
+    if !enabled {
+        return "disabled".into();
+    }
+    let dir = channels_dir(data_root);
+    let last = ChannelRecord::load(&dir.join(format!("{name}.json"))).map(|r| r.status).unwrap_or_default();
+    match ChannelLock::holder(&dir.join(format!("{name}.lock"))) {
+        Some(pid) => format!("{} (pid {pid})", if last.is_empty() { "starting" } else { &last }),
+        None if last.is_empty() => "configured, not running".into(),
+        None => format!("configured, not running (last: {last})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inbound(event: &str, sender: &str, thread: Option<&str>) -> crate::plugins::channel::Inbound {
+        crate::plugins::channel::Inbound {
+            event_id: event.into(),
+            sender_id: sender.into(),
+            sender_name: None,
+            chat_id: "c1".into(),
+            chat_kind: crate::plugins::channel::ChatKind::Direct,
+            thread: thread.map(str::to_string),
+            text: "hi".into(),
+            media: vec![],
+            trigger: crate::plugins::channel::Trigger::empty(),
+        }
+    }
+
+    #[test]
+    fn accept_dedups_and_applies_allow_from() {
+        let mut record = ChannelRecord::default();
+        let allow = AllowFrom::Only(vec!["u1".into()]);
+        let now = Utc::now();
+        let first = accept(&mut record, "tg", &allow, &inbound("e1", "u1", None), now).expect("allowed");
+        assert_eq!(first.session_key(), "tg:c1");
+        assert_eq!(first.metadata["event_id"], "e1");
+        assert!(accept(&mut record, "tg", &allow, &inbound("e1", "u1", None), now).is_none(), "same event id: dropped");
+        assert!(accept(&mut record, "tg", &allow, &inbound("e2", "stranger", None), now).is_none(), "not in allow_from");
+        assert!(record.is_seen("e2"), "a refused event is taken too");
+        let topic = accept(&mut record, "tg", &AllowFrom::Anyone, &inbound("e3", "x", Some("7")), now).unwrap();
+        assert_eq!(topic.session_key(), "tg:c1:7");
+        assert_eq!(topic.metadata["thread"], "7");
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_minute() {
+        let secs: Vec<u64> = (1..=9).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+    }
+
+    #[test]
+    fn the_rate_limit_is_per_chat_over_a_sliding_minute() {
+        let mut rate = RateLimit::new(2);
+        let t0 = Instant::now();
+        assert!(rate.check("a", t0).is_zero());
+        assert!(rate.check("a", t0 + Duration::from_secs(1)).is_zero());
+        assert_eq!(rate.check("a", t0 + Duration::from_secs(2)), Duration::from_secs(58));
+        assert!(rate.check("b", t0 + Duration::from_secs(2)).is_zero(), "another chat has its own bucket");
+        assert!(rate.check("a", t0 + Duration::from_secs(60)).is_zero(), "the first send left the window");
+    }
+}

@@ -1,0 +1,149 @@
+//! The HTTP requests a channel component asks for, run by the host outside
+//! any instance: a long poll never holds a sandbox slot or a wasm stack.
+//!
+//! Per request, in this order:
+//! 1. `api_base`: a URL on the platform's origin (`https://<audience>` of
+//!    the declared secrets) is pointed at the configured base instead; the
+//!    request still counts as aimed at the audience for secrets, because the
+//!    user said that is where the platform is served;
+//! 2. the plugin's network grant, checked on the URL actually dialled, with
+//!    the same rules as `wasi:http` ([`crate::plugins::http`]: private
+//!    addresses only when the grant names the address; plain HTTP pinned to
+//!    the checked address);
+//! 3. `{{secret:NAME}}` substituted by [`Secrets`] where declared;
+//! 4. the response (headers, body) and any error text redacted, so nothing
+//!    the component or a log sees carries a secret value.
+
+use std::time::Duration;
+
+use crate::plugins::channel::{HttpMethod, HttpRequest, HttpResponse, MAX_BODY_BYTES};
+use crate::plugins::grants::HostPattern;
+use crate::plugins::manifest::channel::Injection;
+use crate::plugins::secrets::Secrets;
+
+/// Default wait for a request that names no timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a request did not produce a response.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The grant does not admit the URL.
+    #[error("request to {url} denied by the plugin's network grant")]
+    Denied { url: String },
+    /// The URL does not parse.
+    #[error("bad request URL {url}: {message}")]
+    BadUrl { url: String, message: String },
+    /// Connecting, sending or reading failed (text redacted).
+    #[error("request to {url} failed: {message}")]
+    Failed { url: String, message: String },
+}
+
+/// Runs one channel's requests.
+pub struct Transport {
+    plugin: String,
+    client: reqwest::Client,
+    granted: Vec<HostPattern>,
+    secrets: Secrets,
+    /// (platform origin, configured base).
+    rewrite: Option<(String, String)>,
+}
+
+impl Transport {
+    /// A transport for `plugin` with its grant and secrets; `platform` is
+    /// the audience host requests to `api_base` stand for.
+    pub fn new(plugin: &str, granted: Vec<HostPattern>, secrets: Secrets, platform: Option<&str>, api_base: Option<&str>) -> Transport {
+        let rewrite = platform.zip(api_base).map(|(p, b)| (format!("https://{p}"), b.to_string()));
+        Transport { plugin: plugin.to_string(), client: reqwest::Client::new(), granted, secrets, rewrite }
+    }
+
+    /// The secrets (for redacting what else comes back).
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
+    }
+
+    /// Runs `request`; a response of any status is `Ok`.
+    pub async fn run(&self, request: &HttpRequest) -> Result<HttpResponse, TransportError> {
+        let written = request.url.clone();
+        let bad = |message: String| TransportError::BadUrl { url: written.clone(), message };
+        let original = reqwest::Url::parse(&written).map_err(|e| bad(e.to_string()))?;
+        let (aud_host, aud_port) = (original.host_str().unwrap_or_default().to_string(), original.port_or_known_default().unwrap_or(443));
+        let target = match &self.rewrite {
+            Some((origin, base)) if written == *origin || written.starts_with(&format!("{origin}/")) => format!("{base}{}", &written[origin.len()..]),
+            _ => written.clone(),
+        };
+        let parsed = reqwest::Url::parse(&target).map_err(|e| bad(e.to_string()))?;
+        let host = parsed.host_str().ok_or_else(|| bad("no host".into()))?.to_string();
+        let port = parsed.port_or_known_default().unwrap_or(443);
+        let authority = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+        // The grant is checked on scheme and authority only: the path may
+        // hold placeholders an `http::Uri` would not take.
+        let uri: http::Uri = format!("{}://{authority}/", parsed.scheme()).parse().map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
+        let pinned = crate::plugins::http::admit(&self.plugin, &self.granted, &uri).await.map_err(|_| TransportError::Denied { url: written.clone() })?;
+        let substituted = self.secrets.substitute(&target, Injection::Url, &aud_host, aud_port).into_owned();
+        let mut url = reqwest::Url::parse(&substituted).map_err(|_| bad("does not parse once secrets are substituted".into()))?;
+        let host_header = parsed.port().map_or_else(|| host.clone(), |p| format!("{host}:{p}"));
+        if let Some(addr) = pinned {
+            let _ = url.set_ip_host(addr.ip());
+        }
+        let method = match request.method {
+            HttpMethod::Get => reqwest::Method::GET,
+            HttpMethod::Post => reqwest::Method::POST,
+            HttpMethod::Put => reqwest::Method::PUT,
+            HttpMethod::Patch => reqwest::Method::PATCH,
+            HttpMethod::Delete => reqwest::Method::DELETE,
+        };
+        let timeout = if request.timeout_ms == 0 { DEFAULT_TIMEOUT } else { Duration::from_millis(u64::from(request.timeout_ms)) };
+        let mut builder = self.client.request(method, url).timeout(timeout);
+        if pinned.is_some() {
+            builder = builder.header(reqwest::header::HOST, host_header);
+        }
+        for (name, value) in &request.headers {
+            builder = builder.header(name, self.secrets.substitute(value, Injection::Header, &aud_host, aud_port).as_ref());
+        }
+        if !request.body.is_empty() {
+            builder = builder.body(self.secrets.substitute_bytes(&request.body, Injection::Body, &aud_host, aud_port).into_owned());
+        }
+        let failed = |e: reqwest::Error| TransportError::Failed { url: written.clone(), message: self.secrets.redact(&e.without_url().to_string()).into_owned() };
+        let mut response = builder.send().await.map_err(failed)?;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .take(crate::plugins::channel::MAX_HEADERS)
+            .map(|(n, v)| (n.as_str().to_string(), self.secrets.redact(&String::from_utf8_lossy(v.as_bytes())).into_owned()))
+            .collect();
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(failed)? {
+            if body.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(TransportError::Failed { url: written, message: format!("response body over {MAX_BODY_BYTES} bytes") });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let body = self.secrets.redact_bytes(&body).into_owned();
+        Ok(HttpResponse { status, headers, body })
+    }
+}
+
+/// How long a 429 asks to wait: Telegram's `parameters.retry_after` in the
+/// JSON body, else the `Retry-After` header in seconds; capped at an hour.
+pub fn retry_after(headers: &[(String, String)], body: &[u8]) -> Option<Duration> {
+    let from_body = serde_json::from_slice::<serde_json::Value>(body).ok().and_then(|v| v.pointer("/parameters/retry_after").and_then(serde_json::Value::as_u64));
+    let from_header = || headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("retry-after")).and_then(|(_, v)| v.trim().parse::<u64>().ok());
+    from_body.or_else(from_header).map(|secs| Duration::from_secs(secs.min(3600)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_telegrams_body_then_the_header() {
+        let body = br#"{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 7","parameters":{"retry_after":7}}"#;
+        assert_eq!(retry_after(&[], body), Some(Duration::from_secs(7)));
+        let headers = vec![("Retry-After".to_string(), " 3 ".to_string())];
+        assert_eq!(retry_after(&headers, b"busy"), Some(Duration::from_secs(3)));
+        assert_eq!(retry_after(&headers, body), Some(Duration::from_secs(7)), "the body's figure wins");
+        assert_eq!(retry_after(&[], b"{}"), None);
+        assert_eq!(retry_after(&[("retry-after".into(), "999999".into())], b""), Some(Duration::from_secs(3600)));
+    }
+}

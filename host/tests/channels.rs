@@ -1,0 +1,285 @@
+//! The channel manager end to end: the real `chitin gateway` with the
+//! echo-channel installed, a MockLlm, and a scripted toy-Telegram server on
+//! 127.0.0.1 (`api_base`) that re-sends every update at or past the polled
+//! offset until a higher offset confirms it, as Telegram does.
+
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use chitin::testing::{MockLlm, MockReply};
+
+const TOKEN: &str = "tok987654ZZdistinctive";
+
+/// The scripted platform: updates by id; `polls` logs each poll's path.
+#[derive(Default)]
+struct Platform {
+    updates: Vec<(u64, String)>,
+    polls: Vec<String>,
+}
+
+struct Server {
+    port: u16,
+    state: Arc<Mutex<Platform>>,
+}
+
+impl Server {
+    fn start() -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(Mutex::new(Platform::default()));
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let state = shared.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).is_err() {
+                        return;
+                    }
+                    let path = line.split_whitespace().nth(1).unwrap_or_default().to_string();
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                            break;
+                        }
+                    }
+                    let offset: u64 = path.split("offset=").nth(1).and_then(|r| r.split('&').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+                    // Hold an empty poll a little, as a long poll would.
+                    let mut body = String::new();
+                    for _ in 0..20 {
+                        let mut s = state.lock().unwrap();
+                        let pending: Vec<_> = s.updates.iter().filter(|(id, _)| *id >= offset).cloned().collect();
+                        if !pending.is_empty() {
+                            s.polls.push(path.clone());
+                            let items: Vec<String> = pending
+                                .iter()
+                                .map(|(id, text)| {
+                                    let text = text.replace("{PATH}", &path);
+                                    format!("{{\"id\":{id},\"text\":{}}}", serde_json::Value::from(text))
+                                })
+                                .collect();
+                            body = format!("{{\"updates\":[{}]}}", items.join(","));
+                            break;
+                        }
+                        drop(s);
+                        std::thread::sleep(Duration::from_millis(25));
+                    }
+                    if body.is_empty() {
+                        state.lock().unwrap().polls.push(path.clone());
+                        body = "{\"updates\":[]}".into();
+                    }
+                    let mut stream = stream;
+                    let _ = write!(stream, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                    let _ = stream.flush();
+                    let _ = stream.read(&mut [0u8; 1]);
+                });
+            }
+        });
+        Server { port, state }
+    }
+
+    fn push(&self, id: u64, text: &str) {
+        self.state.lock().unwrap().updates.push((id, text.into()));
+    }
+
+    /// Offsets of the polls so far.
+    fn offsets(&self) -> Vec<u64> {
+        self.state.lock().unwrap().polls.iter().filter_map(|p| p.split("offset=").nth(1)?.split('&').next()?.parse().ok()).collect()
+    }
+
+    fn polls(&self) -> Vec<String> {
+        self.state.lock().unwrap().polls.clone()
+    }
+}
+
+struct Gateway {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+fn install(home: &Path) {
+    std::fs::create_dir_all(home.join("plugins")).unwrap();
+    std::fs::copy(ECHO_CHANNEL_WASM, home.join("plugins/echo-channel.wasm")).unwrap();
+}
+
+fn config(port: u16, allow: &str) -> String {
+    format!(
+        "[agent]\nmodel = \"test-model\"\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
+         [plugins.echo-channel]\nnetwork = [\"127.0.0.1:{port}\", \"api.example.test\"]\n\
+         [channels.echo]\nenabled = true\nplugin = \"echo-channel\"\nallow_from = [{allow}]\napi_base = \"http://127.0.0.1:{port}\"\ntoken = \"${{ECHO_TEST_TOKEN}}\"\ngreeting = \"hi\"\n"
+    )
+}
+
+impl Gateway {
+    fn start(home: &Path, mock: &MockLlm, config: &str, crash: bool) -> Gateway {
+        std::fs::write(home.join("config.toml"), config).unwrap();
+        let mut cmd = chitin(home, &["gateway"]);
+        cmd.env("OPENAI_BASE_URL", mock.base_url())
+            .env("ECHO_TEST_TOKEN", TOKEN)
+            .env("RUST_LOG", "chitin=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if crash {
+            cmd.env("CHITIN_TEST_CRASH_BEFORE_COMMIT", "1");
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let pipe = child.stderr.take().unwrap();
+        let log = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if line.contains("listening on ") {
+                    let _ = tx.send(());
+                }
+                log.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        if rx.recv_timeout(Duration::from_secs(120)).is_err() {
+            panic!("the gateway did not start; stderr: {}", stderr.lock().unwrap());
+        }
+        Gateway { child, stderr }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded by a generous limit, not a timing assertion) until
+    /// `cond` holds; panics with the stderr otherwise.
+    fn wait_for(&self, what: &str, cond: impl Fn() -> bool) {
+        for _ in 0..6000 {
+            if cond() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("never saw {what}; stderr: {}", self.stderr());
+    }
+
+    fn terminate(mut self) -> String {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(status.success(), "gateway exit {status}; stderr: {}", self.stderr());
+        self.stderr()
+    }
+}
+
+fn delivered(stderr: &str) -> usize {
+    stderr.matches("reply delivered").count()
+}
+
+/// (a) + (e): an update reaches the agent, the reply is delivered through
+/// the component; the token the server echoes back reaches neither the
+/// component (so not the agent) nor the logs.
+#[test]
+fn round_trip_and_the_token_never_reaches_the_component_or_logs() {
+    let home = tempfile::tempdir().unwrap();
+    install(home.path());
+    let server = Server::start();
+    server.push(0, "hello via {PATH}");
+    let mock = MockLlm::start(vec![MockReply::text("pong")]);
+    let gw = Gateway::start(home.path(), &mock, &config(server.port, "\"*\""), false);
+    gw.wait_for("the reply delivered", || delivered(&gw.stderr()) == 1);
+    let err = gw.terminate();
+    assert!(err.contains("chat-1:4"), "the echo component's deliver got the 4-byte reply: {err}");
+    assert!(server.polls()[0].contains(TOKEN), "the host substituted the token for the audience: {:?}", server.polls());
+    let asked = serde_json::to_string(&mock.requests()).unwrap();
+    assert!(asked.contains("hello via /bot{{secret:token}}/getUpdates"), "the agent got the redacted echo: {asked}");
+    assert!(!asked.contains(TOKEN), "the token reached the component's emit: {asked}");
+    assert!(!err.contains(TOKEN), "the token is in the gateway's log");
+    let record = std::fs::read_to_string(home.path().join("channels/echo.json")).unwrap();
+    assert!(!record.contains(TOKEN));
+    assert_eq!(mock.request_count(), 1);
+}
+
+/// (b): SIGKILL after the step returned and before its commit; the restart
+/// polls the same offset, the platform re-sends, and the agent answers
+/// exactly once. The crash point is the one that proves the guarantee: the
+/// update was fetched and translated but nothing was committed, so only the
+/// platform's re-send can bring it back (nothing lost), and the earlier run
+/// never published it (nothing twice).
+#[test]
+fn kill_between_poll_and_commit_loses_nothing_and_duplicates_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    install(home.path());
+    let server = Server::start();
+    server.push(0, "remember me");
+    let mock = MockLlm::start(vec![MockReply::text("once"), MockReply::text("twice?!")]);
+    let mut crashed = Gateway::start(home.path(), &mock, &config(server.port, "\"*\""), true);
+    let status = crashed.child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "killed at the crash point; stderr: {}", crashed.stderr());
+    assert_eq!(mock.request_count(), 0, "nothing reached the agent before the commit");
+    assert_eq!(server.offsets(), vec![0]);
+    let gw = Gateway::start(home.path(), &mock, &config(server.port, "\"*\""), false);
+    gw.wait_for("the reply delivered", || delivered(&gw.stderr()) == 1);
+    gw.wait_for("a poll past the update", || server.offsets().contains(&1));
+    let err = gw.terminate();
+    assert_eq!(mock.request_count(), 1, "exactly one model request: {err}");
+    assert_eq!(delivered(&err), 1);
+    let asked = serde_json::to_string(&mock.requests()).unwrap();
+    assert!(asked.contains("remember me"));
+}
+
+/// (c) + (d): offsets never go back across a graceful restart, and an
+/// unlisted sender gets nothing and costs no model request.
+#[test]
+fn offsets_are_monotonic_across_restarts_and_strangers_cost_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    install(home.path());
+    let server = Server::start();
+    server.push(0, "from a stranger");
+    server.push(1, "another");
+    let mock = MockLlm::start(vec![MockReply::text("no")]);
+    // The echo component's sender is `user-1`; allow someone else only.
+    let cfg = config(server.port, "\"someone-else\"");
+    let gw = Gateway::start(home.path(), &mock, &cfg, false);
+    gw.wait_for("a poll past both updates", || server.offsets().contains(&2));
+    let err = gw.terminate();
+    assert!(err.contains("sender not in allow_from") && err.contains("user-1"), "{err}");
+    let gw = Gateway::start(home.path(), &mock, &cfg, false);
+    let before = server.offsets().len();
+    gw.wait_for("a poll after the restart", || server.offsets().len() > before + 1);
+    gw.terminate();
+    let offsets = server.offsets();
+    assert!(offsets.windows(2).all(|w| w[0] <= w[1]), "offsets went back: {offsets:?}");
+    assert!(offsets[before..].iter().all(|&o| o == 2), "the restart resumed at the committed offset: {offsets:?}");
+    assert_eq!(mock.request_count(), 0, "refused senders never reach the model");
+}
+
+/// (f): a trapping step and a huge state are contained: the channel backs
+/// off, recovers, and the next update still gets its answer.
+#[test]
+fn hostile_steps_back_off_and_recover() {
+    let home = tempfile::tempdir().unwrap();
+    install(home.path());
+    let server = Server::start();
+    server.push(0, "trap");
+    let mock = MockLlm::start(vec![MockReply::text("survived")]);
+    let gw = Gateway::start(home.path(), &mock, &config(server.port, "\"*\""), false);
+    gw.wait_for("a backoff", || gw.stderr().contains("channel step failed (1 in a row)"));
+    // The platform drops the poisonous update; the next one is normal.
+    {
+        let mut s = server.state.lock().unwrap();
+        s.updates = vec![(1, "huge-state".into())];
+    }
+    gw.wait_for("a second backoff", || gw.stderr().contains("channel step failed (2 in a row)"));
+    server.state.lock().unwrap().updates = vec![(2, "after the storm".into())];
+    gw.wait_for("the reply delivered", || delivered(&gw.stderr()) == 1);
+    let err = gw.terminate();
+    assert!(err.contains("channel recovered"), "{err}");
+    assert!(err.contains("state") , "{err}");
+    assert_eq!(mock.request_count(), 1);
+}
