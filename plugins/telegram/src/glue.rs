@@ -218,19 +218,25 @@ mod http {
         }
         let body = outgoing.body().map_err(|_| "no request body".to_string())?;
         let future = outgoing_handler::handle(outgoing, None).map_err(|e| format!("request refused: {e:?}"))?;
-        {
+        // A write error is reported after the response future's: when the
+        // host refuses the request (not granted) the body stream just
+        // closes, and the refusal is the error that says why.
+        let written: Result<(), String> = (|| {
             let stream = body.write().map_err(|_| "no body stream".to_string())?;
             for chunk in request.body.as_deref().unwrap_or("").as_bytes().chunks(4096) {
                 stream.blocking_write_and_flush(chunk).map_err(|e| format!("writing the body: {e:?}"))?;
             }
-        }
-        OutgoingBody::finish(body, None).map_err(|e| format!("finishing the body: {e:?}"))?;
+            Ok(())
+        })();
+        let finished = OutgoingBody::finish(body, None).map_err(|e| format!("finishing the body: {e:?}"));
         future.subscribe().block();
         let response = match future.get() {
             Some(Ok(Ok(response))) => response,
             Some(Ok(Err(e))) => return Err(format!("HTTP error: {e:?}")),
             _ => return Err("no response".into()),
         };
+        written?;
+        finished?;
         let status = response.status();
         let incoming = response.consume().map_err(|_| "no response body".to_string())?;
         let mut bytes = Vec::new();
