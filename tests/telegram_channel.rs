@@ -306,9 +306,10 @@ async fn deliver_goes_through_wasi_http_under_the_grant() {
 
 /// The requests `deliver` makes (the same function the component runs),
 /// performed against the mock: a 10 000-character reply into a forum topic
-/// becomes ≥ 3 messages the mock accepts under its own 4096 check, in order.
+/// becomes ≥ 3 messages the mock accepts under its own 4096 check, in order,
+/// and its photo (by file id) follows.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_long_reply_is_split_into_messages_the_mock_accepts_in_order() {
+async fn a_long_reply_is_split_into_messages_the_mock_accepts_in_order_then_its_media() {
     let mock = MockTelegram::start();
     let host = telegram();
     let words: Vec<String> = (0..1_250).map(|i| format!("w{i:05}")).collect();
@@ -320,8 +321,11 @@ async fn a_long_reply_is_split_into_messages_the_mock_accepts_in_order() {
     assert!(reply.chars().count() >= 8_700);
     let reply = format!("{reply}{}", "x".repeat(10_000 - reply.chars().count().min(10_000)));
     let to = Conversation { chat_id: -100_5, topic: Some(77) };
-    let requests = channel::deliver_requests(&mock.api_base(), &to, &reply, Some("12")).unwrap();
-    assert!(requests.len() >= 3, "{} parts", requests.len());
+    let photo = mock.add_file("photos/cat.jpg", b"\xff\xd8 not really a jpeg".to_vec());
+    let media = [channel::OutMedia { kind: "photo".into(), reference: photo.clone() }];
+    let requests = channel::deliver_requests(&mock.api_base(), &to, &reply, Some("12"), &media).unwrap();
+    let (texts, files) = requests.split_at(requests.len() - 1);
+    assert!(texts.len() >= 3, "{} parts", texts.len());
     for request in &requests {
         let request = HttpRequest {
             method: HttpMethod::Post,
@@ -334,7 +338,10 @@ async fn a_long_reply_is_split_into_messages_the_mock_accepts_in_order() {
         assert_eq!(response.status, 200, "{}", String::from_utf8_lossy(&response.body));
     }
     let sent = mock.sent_messages();
-    assert_eq!(sent.len(), requests.len());
+    assert_eq!(sent.len(), texts.len());
+    assert!(files[0].url.ends_with("/sendPhoto"));
+    let photos = mock.sent_media();
+    assert_eq!((photos.len(), photos[0].kind.as_str(), photos[0].file_id.as_str()), (1, "photo", photo.as_str()));
     assert!(sent.iter().all(|m| m.message_thread_id == Some(77) && m.chat_id == -100_5));
     assert_eq!(sent[0].reply_to_message_id, Some(12));
     assert!(sent[1..].iter().all(|m| m.reply_to_message_id.is_none()));

@@ -259,16 +259,32 @@ pub fn conversation(chat_id: &str, thread: Option<&str>) -> Result<Conversation,
     Ok(Conversation { chat_id, topic })
 }
 
-/// The `sendMessage` requests of a reply, in order: Markdown rendered as
-/// Telegram HTML and split to 4096 UTF-16 units; only the first part is a
-/// reply to `reply_to`; every part goes into the topic.
-pub fn deliver_requests(api_base: &str, to: &Conversation, markdown: &str, reply_to: Option<&str>) -> Result<Vec<HttpRequest>, Failure> {
+/// A piece of media of a reply: its `kind` (`photo` is sent as a photo,
+/// anything else as a document) and a file id Telegram has or an HTTPS URL
+/// it can fetch. Uploading bytes is the host's (see [`api::send_media`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutMedia {
+    /// `photo`, `document`, ...
+    pub kind: String,
+    /// File id or URL.
+    pub reference: String,
+}
+
+/// The requests of a reply, in order: the `sendMessage` parts (Markdown
+/// rendered as Telegram HTML and split to 4096 UTF-16 units; only the first
+/// part replies to `reply_to`), then one `sendPhoto`/`sendDocument` per
+/// media; all into the topic.
+pub fn deliver_requests(
+    api_base: &str,
+    to: &Conversation,
+    markdown: &str,
+    reply_to: Option<&str>,
+    media: &[OutMedia],
+) -> Result<Vec<HttpRequest>, Failure> {
     let reply_to = reply_to.map(|r| r.parse::<i64>().map_err(|_| Failure::Fatal(format!("not a Telegram message id: {r:?}")))).transpose()?;
-    Ok(render_reply(markdown)
-        .iter()
-        .enumerate()
-        .map(|(i, part)| api::send_message(api_base, to, part, if i == 0 { reply_to } else { None }))
-        .collect())
+    let texts = render_reply(markdown).into_iter().enumerate().map(|(i, part)| api::send_message(api_base, to, &part, if i == 0 { reply_to } else { None }));
+    let files = media.iter().map(|m| api::send_media(api_base, to, m.kind == "photo", &m.reference, None));
+    Ok(texts.chain(files).collect())
 }
 
 /// The same part as plain text, for when Telegram refused its markup.
@@ -366,10 +382,22 @@ mod tests {
     #[test]
     fn a_refused_markup_is_resent_as_its_visible_text() {
         let to = Conversation { chat_id: 5, topic: Some(3) };
-        let requests = deliver_requests("http://x", &to, "**bold** & co", Some("9")).unwrap();
+        let requests = deliver_requests("http://x", &to, "**bold** & co", Some("9"), &[]).unwrap();
         let plain = plain_retry(&requests[0]).unwrap().json().unwrap();
         assert_eq!(plain["text"], "bold & co");
         assert!(plain.get("parse_mode").is_none());
         assert_eq!(plain["message_thread_id"], 3);
+    }
+
+    #[test]
+    fn media_follow_the_text_as_photo_or_document() {
+        let to = Conversation { chat_id: 5, topic: None };
+        let media = [OutMedia { kind: "photo".into(), reference: "P1".into() }, OutMedia { kind: "document".into(), reference: "D1".into() }];
+        let requests = deliver_requests("http://x", &to, "see these", None, &media).unwrap();
+        let urls: Vec<&str> = requests.iter().map(|r| r.url.rsplit('/').next().unwrap()).collect();
+        assert_eq!(urls, ["sendMessage", "sendPhoto", "sendDocument"]);
+        assert_eq!(requests[1].json().unwrap()["photo"], "P1");
+        assert_eq!(requests[2].json().unwrap()["document"], "D1");
+        assert!(deliver_requests("http://x", &to, "", None, &media).unwrap().len() == 2, "media alone, no empty text");
     }
 }

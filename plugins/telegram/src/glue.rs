@@ -152,7 +152,10 @@ impl Guest for Telegram {
 
     fn deliver(message: Outgoing) -> Result<Vec<String>, ChannelError> {
         let to = channel::conversation(&message.chat_id, message.thread.as_deref()).map_err(error)?;
-        let requests = channel::deliver_requests(DEFAULT_API_BASE, &to, &message.text, message.reply_to.as_deref()).map_err(error)?;
+        let media: Vec<channel::OutMedia> =
+            message.media.into_iter().map(|m| channel::OutMedia { kind: m.kind, reference: m.reference }).collect();
+        let requests =
+            channel::deliver_requests(DEFAULT_API_BASE, &to, &message.text, message.reply_to.as_deref(), &media).map_err(error)?;
         requests.iter().map(send_part).collect()
     }
 
