@@ -24,6 +24,9 @@ include!(concat!(env!("OUT_DIR"), "/builtin_plugins.rs"));
 pub fn builtin_default_grant(name: &str) -> Option<GrantConfig> {
     match name {
         "fs" => Some(GrantConfig { workspace: WorkspaceAccess::ReadWrite, ..GrantConfig::default() }),
+        // The Bot API, nothing else; a user's `[plugins.telegram]` table
+        // replaces this (e.g. to add a local Bot API server).
+        "telegram" => Some(GrantConfig { network: vec!["api.telegram.org".into()], ..GrantConfig::default() }),
         _ => None,
     }
 }

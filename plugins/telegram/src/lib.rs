@@ -13,15 +13,22 @@
 //!   `{{secret:bot_token}}` placeholder;
 //! - [`render`]: the agent's Markdown as Telegram HTML, split by [`split`]
 //!   into messages of at most 4096 UTF-16 units;
+//! - [`channel`]: the callbacks' state machine (state, offset, steps);
 //! - [`error`]: a failed call classified into the host's [`Action`] (stop on
 //!   401/409, wait on 429, ignore "not modified", resend plain text when the
 //!   markup is refused, otherwise retry).
 
 pub mod api;
+pub mod channel;
 pub mod error;
 pub mod render;
 pub mod split;
 pub mod update;
+
+/// The `channel-plugin` component: bindings and the `Guest` impl, only in
+/// the wasm build (natively the crate is the plain library above).
+#[cfg(target_arch = "wasm32")]
+mod glue;
 
 pub use api::{HttpMethod, HttpRequest, TOKEN_PLACEHOLDER};
 pub use error::{Action, ApiError, TelegramError, api_result};

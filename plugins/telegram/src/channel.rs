@@ -1,0 +1,403 @@
+//! The channel state machine: what each `channel-plugin` callback does, as
+//! plain functions over plain types, so it is tested natively and the wasm
+//! glue (`glue.rs`) is only a type mapping plus the `wasi:http` calls of
+//! `deliver`, `stream-update` and `set-status`.
+//!
+//! Why the state holds what it holds: every callback runs in a fresh
+//! instance and `poll-request` sees nothing but the committed state, so the
+//! state carries the API base, the bot's username (for mention and command
+//! detection) and the `getUpdates` offset — the only memory the channel
+//! has. It is compact JSON, far below the host's 64 KiB bound (an API base
+//! is capped at [`MAX_API_BASE`]).
+//!
+//! The offset moves only in the state `poll-response` returns; the host
+//! commits it after queueing the emits, and the *next* `getUpdates` with
+//! `offset = highest + 1` is what tells Telegram to drop them. A crash in
+//! between re-polls the same updates, which the host deduplicates by the
+//! event id `telegram:<update_id>`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::api::{self, ALLOWED_UPDATES, DEFAULT_API_BASE, HttpRequest, POLL_TIMEOUT_SECS};
+use crate::error::{Action, ApiError, TelegramError, api_result};
+use crate::render::{OutgoingText, render_reply};
+use crate::update::{Conversation, InboundEvent, parse_get_updates, parse_webhook};
+
+/// Longest `api_base` accepted (keeps the state small).
+pub const MAX_API_BASE: usize = 256;
+
+/// Updates per `getUpdates`: the host refuses a step of more than 64
+/// actions, and Telegram's default batch is 100, so an unbounded batch
+/// could never be committed and the channel would stall on it.
+pub const POLL_LIMIT: u32 = 50;
+
+/// The margin over the long poll the host waits before calling it stalled.
+pub const POLL_MARGIN_MS: u32 = 10_000;
+
+/// The placeholder of the webhook secret (`setWebhook`'s `secret_token`);
+/// the host substitutes it in the body and checks the same value in
+/// `X-Telegram-Bot-Api-Secret-Token` on every webhook request.
+pub const WEBHOOK_SECRET_PLACEHOLDER: &str = "{{secret:webhook_secret}}";
+
+/// How updates reach the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// `getUpdates` long polls (the default; `deleteWebhook` on start).
+    #[default]
+    Poll,
+    /// Telegram POSTs to the host's route (`setWebhook` on start).
+    Webhook,
+}
+
+/// The user's `[channels.telegram]` config as the host passes it to `start`
+/// (secrets left out).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default)]
+pub struct Config {
+    /// The Bot API base, `https://api.telegram.org` unless set (a local Bot
+    /// API server, or a test's mock).
+    pub api_base: Option<String>,
+    /// The bot's `@username`; learnt with `getMe` before the first poll when
+    /// absent.
+    pub bot_username: Option<String>,
+    /// `poll` or `webhook`.
+    pub mode: Mode,
+    /// The public URL of the host's `/telegram` route (webhook mode).
+    pub webhook_url: Option<String>,
+}
+
+/// The committed state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct State {
+    /// The Bot API base.
+    #[serde(rename = "b")]
+    pub api_base: String,
+    /// The bot's username without `@`; `None` until known.
+    #[serde(rename = "u", default, skip_serializing_if = "Option::is_none")]
+    pub bot_username: Option<String>,
+    /// The next `getUpdates` offset; `None` before the first update.
+    #[serde(rename = "o", default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<i64>,
+    /// How updates arrive.
+    #[serde(rename = "m", default)]
+    pub mode: Mode,
+}
+
+impl State {
+    /// The state of `bytes`; empty is "not started" (defaults).
+    pub fn decode(bytes: &[u8]) -> Result<State, Failure> {
+        if bytes.is_empty() {
+            return Ok(State { api_base: DEFAULT_API_BASE.into(), ..State::default() });
+        }
+        serde_json::from_slice(bytes).map_err(|e| Failure::Fatal(format!("corrupt channel state ({e}); reset the channel's state")))
+    }
+
+    /// The bytes to commit.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("the state serialises")
+    }
+}
+
+/// Why a callback failed (`channel-error`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The host backs off and retries.
+    Transient(String),
+    /// The host stops the channel and shows the reason.
+    Fatal(String),
+}
+
+impl From<TelegramError> for Failure {
+    fn from(error: TelegramError) -> Failure {
+        match error {
+            TelegramError::Api(api) => api_failure(&api),
+            other => Failure::Transient(other.to_string()),
+        }
+    }
+}
+
+/// A failed Bot API call as a channel error (429 is handled by the caller
+/// where it can wait instead).
+fn api_failure(error: &ApiError) -> Failure {
+    match error.action() {
+        Action::Stop { reason } => Failure::Fatal(reason),
+        _ => Failure::Transient(error.to_string()),
+    }
+}
+
+/// One thing for the host to do after a committed step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Queue this message for the agent.
+    Emit(InboundEvent),
+    /// Run this request, drop the response.
+    Http(HttpRequest),
+    /// Poll again after this many milliseconds.
+    PollAfter(u32),
+    /// Answer the webhook request with 200 and an empty JSON object.
+    RespondOk,
+}
+
+/// A step: the state to commit and the effects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepOut {
+    /// The new state (encoded).
+    pub state: Vec<u8>,
+    /// What to do.
+    pub effects: Vec<Effect>,
+}
+
+/// `start`: reads the config over the committed state (the offset survives
+/// a restart; a changed `api_base` or mode takes effect). Poll mode deletes
+/// any webhook first (`getUpdates` gets 409 while one is set) and polls at
+/// once; webhook mode registers the route with the secret placeholder.
+pub fn start(config: &str, state: &[u8]) -> Result<StepOut, Failure> {
+    let config: Config = if config.trim().is_empty() {
+        Config::default()
+    } else {
+        serde_json::from_str(config).map_err(|e| Failure::Fatal(format!("invalid [channels.telegram] config: {e}")))?
+    };
+    let mut state = State::decode(state)?;
+    let api_base = config.api_base.as_deref().unwrap_or(DEFAULT_API_BASE).trim_end_matches('/').to_string();
+    if !(api_base.starts_with("https://") || api_base.starts_with("http://")) || api_base.len() > MAX_API_BASE {
+        return Err(Failure::Fatal(format!("api_base `{api_base}` must be an http(s) URL of at most {MAX_API_BASE} characters")));
+    }
+    if api_base != state.api_base {
+        // Another server has other update ids.
+        state.offset = None;
+        state.bot_username = None;
+    }
+    state.api_base = api_base;
+    if let Some(username) = config.bot_username.as_deref().map(|u| u.trim_start_matches('@')).filter(|u| !u.is_empty()) {
+        state.bot_username = Some(username.to_string());
+    }
+    state.mode = config.mode;
+    let effects = match config.mode {
+        Mode::Poll => vec![Effect::Http(api::delete_webhook(&state.api_base, false)), Effect::PollAfter(0)],
+        Mode::Webhook => {
+            let url = config.webhook_url.ok_or_else(|| Failure::Fatal("webhook mode needs `webhook_url` (the public URL of the /telegram route)".into()))?;
+            vec![Effect::Http(set_webhook(&state.api_base, &url))]
+        }
+    };
+    Ok(StepOut { state: state.encode(), effects })
+}
+
+/// `setWebhook` with the secret as its placeholder (the crate's
+/// [`api::set_webhook`] checks a literal secret, which the component never has).
+fn set_webhook(api_base: &str, url: &str) -> HttpRequest {
+    let body = json!({"url": url, "secret_token": WEBHOOK_SECRET_PLACEHOLDER, "allowed_updates": ALLOWED_UPDATES});
+    HttpRequest {
+        method: api::HttpMethod::Post,
+        url: api::method_url(api_base, "setWebhook"),
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: Some(body.to_string()),
+    }
+}
+
+/// `poll-request`: `getMe` while the username is unknown, else the long
+/// poll from the state's offset. Returns the request and the host's timeout.
+pub fn poll_request(state: &[u8]) -> Result<(HttpRequest, u32), Failure> {
+    let state = State::decode(state)?;
+    if state.bot_username.is_none() {
+        return Ok((api::get_me(&state.api_base), POLL_MARGIN_MS));
+    }
+    let mut request = api::get_updates(&state.api_base, state.offset, POLL_TIMEOUT_SECS, ALLOWED_UPDATES);
+    request.url.push_str(&format!("&limit={POLL_LIMIT}"));
+    Ok((request, POLL_TIMEOUT_SECS * 1000 + POLL_MARGIN_MS))
+}
+
+/// `poll-response`: the answer to [`poll_request`]'s request. Updates are
+/// emitted and the offset moves past them; 401/409 stop the channel, 429
+/// waits `retry_after` with the state unchanged, anything else is transient.
+pub fn poll_response(status: u16, body: &[u8], state_bytes: &[u8]) -> Result<StepOut, Failure> {
+    let mut state = State::decode(state_bytes)?;
+    let Some(username) = state.bot_username.clone() else {
+        let me = api_result(status, body).map_err(|e| api_failure(&e))?;
+        state.bot_username = Some(api::bot_username(&me)?);
+        return Ok(StepOut { state: state.encode(), effects: vec![Effect::PollAfter(0)] });
+    };
+    let batch = match parse_get_updates(status, body, &username) {
+        Ok(batch) => batch,
+        Err(TelegramError::Api(error)) => {
+            return match error {
+                ApiError::RateLimited { retry_after } => {
+                    Ok(StepOut { state: state_bytes.to_vec(), effects: vec![Effect::PollAfter(retry_ms(retry_after))] })
+                }
+                other => Err(api_failure(&other)),
+            };
+        }
+        Err(other) => return Err(other.into()),
+    };
+    if batch.next_offset.is_some() {
+        state.offset = batch.next_offset;
+    }
+    Ok(StepOut { state: state.encode(), effects: batch.events.into_iter().map(Effect::Emit).collect() })
+}
+
+fn retry_ms(seconds: u64) -> u32 {
+    u32::try_from(seconds.saturating_mul(1000)).unwrap_or(u32::MAX)
+}
+
+/// `on-webhook`: one update, verified by the host; emitted like a polled
+/// one and answered 200 (Telegram redelivers on anything else).
+pub fn on_webhook(body: &[u8], state: &[u8]) -> Result<StepOut, Failure> {
+    let decoded = State::decode(state)?;
+    let username = decoded.bot_username.clone().unwrap_or_default();
+    let mut effects: Vec<Effect> = parse_webhook(body, &username)?.into_iter().map(Effect::Emit).collect();
+    effects.push(Effect::RespondOk);
+    Ok(StepOut { state: state.to_vec(), effects })
+}
+
+/// Where a reply goes: the host hands back the `chat-id` and `thread` the
+/// inbound message carried.
+pub fn conversation(chat_id: &str, thread: Option<&str>) -> Result<Conversation, Failure> {
+    let bad = |what: &str, text: &str| Failure::Fatal(format!("not a Telegram {what}: {text:?}"));
+    let chat_id = chat_id.parse().map_err(|_| bad("chat id", chat_id))?;
+    let topic = thread.map(|t| t.parse().map_err(|_| bad("topic id", t))).transpose()?;
+    Ok(Conversation { chat_id, topic })
+}
+
+/// A piece of media of a reply: its `kind` (`photo` is sent as a photo,
+/// anything else as a document) and a file id Telegram has or an HTTPS URL
+/// it can fetch. Uploading bytes is the host's (see [`api::send_media`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutMedia {
+    /// `photo`, `document`, ...
+    pub kind: String,
+    /// File id or URL.
+    pub reference: String,
+}
+
+/// The requests of a reply, in order: the `sendMessage` parts (Markdown
+/// rendered as Telegram HTML and split to 4096 UTF-16 units; only the first
+/// part replies to `reply_to`), then one `sendPhoto`/`sendDocument` per
+/// media; all into the topic.
+pub fn deliver_requests(
+    api_base: &str,
+    to: &Conversation,
+    markdown: &str,
+    reply_to: Option<&str>,
+    media: &[OutMedia],
+) -> Result<Vec<HttpRequest>, Failure> {
+    let reply_to = reply_to.map(|r| r.parse::<i64>().map_err(|_| Failure::Fatal(format!("not a Telegram message id: {r:?}")))).transpose()?;
+    let texts = render_reply(markdown).into_iter().enumerate().map(|(i, part)| api::send_message(api_base, to, &part, if i == 0 { reply_to } else { None }));
+    let files = media.iter().map(|m| api::send_media(api_base, to, m.kind == "photo", &m.reference, None));
+    Ok(texts.chain(files).collect())
+}
+
+/// The same part as plain text, for when Telegram refused its markup.
+pub fn plain_retry(request: &HttpRequest) -> Option<HttpRequest> {
+    let mut body: Value = request.json()?;
+    let html = body.get("text")?.as_str()?.to_string();
+    body["text"] = json!(crate::split::html_visible_text(&html));
+    body.as_object_mut()?.remove("parse_mode");
+    Some(HttpRequest { body: Some(body.to_string()), ..request.clone() })
+}
+
+/// The outcome of one Bot API call made by the component itself.
+pub fn call_result(status: u16, body: &[u8]) -> Result<Value, ApiError> {
+    api_result(status, body)
+}
+
+/// A failure of `deliver` and friends: these see no state, so a 429 can only
+/// be transient (the host's backoff and `rate_per_chat_per_min` apply).
+pub fn delivery_failure(error: &ApiError) -> Failure {
+    api_failure(error)
+}
+
+/// The text of a streamed reply so far as one message (the first part; the
+/// host's final `done` call sends the same, and the rest goes by `deliver`).
+pub fn stream_text(markdown: &str) -> Option<OutgoingText> {
+    crate::render::render_preview(markdown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn started(config: Value) -> Vec<u8> {
+        start(&config.to_string(), b"").unwrap().state
+    }
+
+    #[test]
+    fn start_in_poll_mode_deletes_the_webhook_and_polls_now() {
+        let step = start(&json!({"api_base": "http://127.0.0.1:9/", "bot_username": "@bot"}).to_string(), b"").unwrap();
+        let state = State::decode(&step.state).unwrap();
+        assert_eq!(state, State { api_base: "http://127.0.0.1:9".into(), bot_username: Some("bot".into()), offset: None, mode: Mode::Poll });
+        assert!(matches!(&step.effects[..], [Effect::Http(r), Effect::PollAfter(0)] if r.url.ends_with("/deleteWebhook")));
+    }
+
+    #[test]
+    fn the_offset_survives_a_restart_but_not_a_new_server() {
+        let mut state = State::decode(&started(json!({"bot_username": "b"}))).unwrap();
+        state.offset = Some(42);
+        let again = State::decode(&start(r#"{"bot_username":"b"}"#, &state.encode()).unwrap().state).unwrap();
+        assert_eq!(again.offset, Some(42));
+        let moved = State::decode(&start(r#"{"api_base":"http://127.0.0.1:1"}"#, &state.encode()).unwrap().state).unwrap();
+        assert_eq!((moved.offset, moved.bot_username), (None, None));
+    }
+
+    #[test]
+    fn a_bad_config_or_state_is_fatal() {
+        assert!(matches!(start(r#"{"api_base":"ftp://x"}"#, b""), Err(Failure::Fatal(_))));
+        assert!(matches!(start(r#"{"mode":"webhook"}"#, b""), Err(Failure::Fatal(m)) if m.contains("webhook_url")));
+        assert!(matches!(poll_request(b"not json"), Err(Failure::Fatal(_))));
+    }
+
+    #[test]
+    fn webhook_mode_sets_the_webhook_with_the_secret_placeholder() {
+        let step = start(r#"{"mode":"webhook","webhook_url":"https://me.example/telegram"}"#, b"").unwrap();
+        let [Effect::Http(request)] = &step.effects[..] else { panic!("{:?}", step.effects) };
+        assert!(request.url.ends_with("/setWebhook"));
+        assert_eq!(request.json().unwrap()["secret_token"], WEBHOOK_SECRET_PLACEHOLDER);
+    }
+
+    #[test]
+    fn get_me_comes_first_when_the_username_is_unknown() {
+        let state = started(json!({}));
+        let (request, _) = poll_request(&state).unwrap();
+        assert!(request.url.ends_with("/getMe"), "{}", request.url);
+        let me = json!({"ok": true, "result": {"id": 1, "is_bot": true, "username": "the_bot"}}).to_string();
+        let step = poll_response(200, me.as_bytes(), &state).unwrap();
+        let (request, timeout_ms) = poll_request(&step.state).unwrap();
+        assert!(request.url.contains("/getUpdates?timeout=50&allowed_updates="), "{}", request.url);
+        assert!(request.url.ends_with("&limit=50"));
+        assert_eq!(timeout_ms, 60_000);
+    }
+
+    #[test]
+    fn a_429_waits_with_the_state_unchanged_and_401_is_fatal() {
+        let state = started(json!({"bot_username": "b"}));
+        let body = json!({"ok": false, "error_code": 429, "description": "Too Many Requests", "parameters": {"retry_after": 7}});
+        let step = poll_response(429, body.to_string().as_bytes(), &state).unwrap();
+        assert_eq!(step.state, state);
+        assert_eq!(step.effects, [Effect::PollAfter(7000)]);
+        let body = json!({"ok": false, "error_code": 401, "description": "Unauthorized"});
+        assert!(matches!(poll_response(401, body.to_string().as_bytes(), &state), Err(Failure::Fatal(_))));
+        assert!(matches!(poll_response(502, b"<html>bad gateway</html>", &state), Err(Failure::Transient(_))));
+    }
+
+    #[test]
+    fn a_refused_markup_is_resent_as_its_visible_text() {
+        let to = Conversation { chat_id: 5, topic: Some(3) };
+        let requests = deliver_requests("http://x", &to, "**bold** & co", Some("9"), &[]).unwrap();
+        let plain = plain_retry(&requests[0]).unwrap().json().unwrap();
+        assert_eq!(plain["text"], "bold & co");
+        assert!(plain.get("parse_mode").is_none());
+        assert_eq!(plain["message_thread_id"], 3);
+    }
+
+    #[test]
+    fn media_follow_the_text_as_photo_or_document() {
+        let to = Conversation { chat_id: 5, topic: None };
+        let media = [OutMedia { kind: "photo".into(), reference: "P1".into() }, OutMedia { kind: "document".into(), reference: "D1".into() }];
+        let requests = deliver_requests("http://x", &to, "see these", None, &media).unwrap();
+        let urls: Vec<&str> = requests.iter().map(|r| r.url.rsplit('/').next().unwrap()).collect();
+        assert_eq!(urls, ["sendMessage", "sendPhoto", "sendDocument"]);
+        assert_eq!(requests[1].json().unwrap()["photo"], "P1");
+        assert_eq!(requests[2].json().unwrap()["document"], "D1");
+        assert!(deliver_requests("http://x", &to, "", None, &media).unwrap().len() == 2, "media alone, no empty text");
+    }
+}
