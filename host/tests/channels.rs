@@ -122,15 +122,16 @@ impl Gateway {
     fn start(home: &Path, mock: &MockLlm, config: &str, crash: bool) -> Gateway {
         std::fs::write(home.join("config.toml"), config).unwrap();
         let mut cmd = chitin(home, &["gateway"]);
-        cmd.env("OPENAI_BASE_URL", mock.base_url())
-            .env("ECHO_TEST_TOKEN", TOKEN)
-            .env("RUST_LOG", "chitin=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        cmd.env("OPENAI_BASE_URL", mock.base_url()).env("ECHO_TEST_TOKEN", TOKEN).env("RUST_LOG", "chitin=info");
         if crash {
             cmd.env("CHITIN_TEST_CRASH_BEFORE_COMMIT", "1");
         }
+        Gateway::spawn(cmd)
+    }
+
+    /// Starts `cmd` (a `chitin gateway`) and waits until it listens.
+    fn spawn(mut cmd: std::process::Command) -> Gateway {
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         let stderr = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel();
@@ -282,4 +283,46 @@ fn hostile_steps_back_off_and_recover() {
     assert!(err.contains("channel recovered"), "{err}");
     assert!(err.contains("state") , "{err}");
     assert_eq!(mock.request_count(), 1);
+}
+
+/// The first-party Telegram channel, end to end: a message sent to the bot
+/// (the scripted Bot API on 127.0.0.1 stands in for api.telegram.org through
+/// `api_base`) reaches the agent, which uses the built-in fs tool, and the
+/// reply goes back through the component's own `deliver` (its `wasi:http`
+/// request, with the token substituted by the host for the platform and
+/// the platform origin pointed at the base). The token appears nowhere the
+/// component or a log could show it.
+#[test]
+fn telegram_round_trip_through_the_agent_and_the_fs_tool() {
+    let tg_token = "424242:SECRET-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "save a note saying hi"));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("write_file", serde_json::json!({"path": "note.txt", "content": "hi from telegram"}).to_string()),
+        MockReply::text("Saved **note.txt** for you."),
+    ]);
+    let config = format!(
+        "workspace = \"{ws}\"\n[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
+         [channels.telegram]\nenabled = true\nallow_from = [\"555\"]\napi_base = \"{base}\"\nbot_token = \"${{TG_TEST_TOKEN}}\"\nbot_username = \"chitinbot\"\n",
+        ws = ws.display(),
+        base = telegram.api_base(),
+    );
+    std::fs::write(home.path().join("config.toml"), &config).unwrap();
+    let mut cmd = chitin(home.path(), &["gateway"]);
+    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("TG_TEST_TOKEN", tg_token).env("RUST_LOG", "chitin=info");
+    let gw = Gateway::spawn(cmd);
+    gw.wait_for("the reply sent to the chat", || !telegram.sent_messages().is_empty());
+    let err = gw.terminate();
+    let sent = telegram.sent_messages();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].chat_id, 777);
+    assert!(sent[0].text.contains("<b>note.txt</b>"), "rendered for Telegram: {:?}", sent[0].text);
+    assert_eq!(std::fs::read_to_string(ws.join("note.txt")).unwrap(), "hi from telegram");
+    let asked = serde_json::to_string(&mock.requests()).unwrap();
+    assert!(asked.contains("save a note saying hi"), "{asked}");
+    assert!(!asked.contains(tg_token) && !err.contains(tg_token), "the token leaked");
+    let record = std::fs::read_to_string(home.path().join("channels/telegram.json")).unwrap();
+    assert!(!record.contains(tg_token));
 }

@@ -231,6 +231,9 @@ impl Poller {
                 .map_err(|e| ChannelSetupError::Config { key: format!("channels.{name}"), message: e.to_string() })?;
             let platform = spec.secrets.iter().find_map(|s| s.audience.as_deref());
             let transport = Transport::new(plugin.name(), plugin.grant.network.clone(), secrets, platform, config.api_base.as_deref());
+            // The component's own requests (`deliver`) get the same secrets
+            // and base; one channel per plugin, so the first start sets it.
+            plugin.set_outbound(transport.outbound());
             Ok((lock, record, transport))
         };
         match setup() {

@@ -6,10 +6,12 @@
 //!    the declared secrets) is pointed at the configured base instead; the
 //!    request still counts as aimed at the audience for secrets, because the
 //!    user said that is where the platform is served;
-//! 2. the plugin's network grant, checked on the URL actually dialled, with
-//!    the same rules as `wasi:http` ([`crate::plugins::http`]: private
-//!    addresses only when the grant names the address; plain HTTP pinned to
-//!    the checked address);
+//! 2. the plugin's network grant, with the same rules as `wasi:http`
+//!    ([`crate::plugins::http`]: private addresses only when the grant names
+//!    the address; plain HTTP pinned to the checked address), checked on the
+//!    URL the plugin wrote: a request the `api_base` rewrite redirects is
+//!    admitted as the platform request it is, and the base (the user's own
+//!    config, e.g. a self-hosted Bot API on 127.0.0.1) is dialled as given;
 //! 3. `{{secret:NAME}}` substituted by [`Secrets`] where declared;
 //! 4. the response (headers, body) and any error text redacted, so nothing
 //!    the component or a log sees carries a secret value.
@@ -56,6 +58,12 @@ impl Transport {
         Transport { plugin: plugin.to_string(), client: reqwest::Client::new(), granted, secrets, rewrite }
     }
 
+    /// The same secrets and rewrite for the component's own `wasi:http`
+    /// requests (`deliver` sends through it).
+    pub fn outbound(&self) -> crate::plugins::http::Outbound {
+        crate::plugins::http::Outbound { secrets: self.secrets.clone(), rewrite: self.rewrite.clone() }
+    }
+
     /// The secrets (for redacting what else comes back).
     pub fn secrets(&self) -> &Secrets {
         &self.secrets
@@ -71,14 +79,27 @@ impl Transport {
             Some((origin, base)) if written == *origin || written.starts_with(&format!("{origin}/")) => format!("{base}{}", &written[origin.len()..]),
             _ => written.clone(),
         };
+        let rewritten = target != written;
         let parsed = reqwest::Url::parse(&target).map_err(|e| bad(e.to_string()))?;
         let host = parsed.host_str().ok_or_else(|| bad("no host".into()))?.to_string();
-        let port = parsed.port_or_known_default().unwrap_or(443);
-        let authority = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+        let authority = |url: &reqwest::Url| {
+            let (host, port) = (url.host_str().unwrap_or_default(), url.port_or_known_default().unwrap_or(443));
+            if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+        };
         // The grant is checked on scheme and authority only: the path may
         // hold placeholders an `http::Uri` would not take.
-        let uri: http::Uri = format!("{}://{authority}/", parsed.scheme()).parse().map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
-        let pinned = crate::plugins::http::admit(&self.plugin, &self.granted, &uri).await.map_err(|_| TransportError::Denied { url: written.clone() })?;
+        let admitted = if rewritten { &original } else { &parsed };
+        let uri: http::Uri = format!("{}://{}/", admitted.scheme(), authority(admitted)).parse().map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
+        let pinned = if rewritten {
+            // A platform request sent to the user's configured base: the
+            // grant must name the platform; its name is not resolved.
+            if !crate::plugins::http::granted_name(&self.granted, &uri) {
+                return Err(TransportError::Denied { url: written.clone() });
+            }
+            None
+        } else {
+            crate::plugins::http::admit(&self.plugin, &self.granted, &uri).await.map_err(|_| TransportError::Denied { url: written.clone() })?
+        };
         let substituted = self.secrets.substitute(&target, Injection::Url, &aud_host, aud_port).into_owned();
         let mut url = reqwest::Url::parse(&substituted).map_err(|_| bad("does not parse once secrets are substituted".into()))?;
         let host_header = parsed.port().map_or_else(|| host.clone(), |p| format!("{host}:{p}"));

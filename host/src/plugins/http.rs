@@ -14,6 +14,11 @@
 //!   `https` the certificate check binds the connection to the name.
 //! - A denial is logged with the config line that would allow it (the
 //!   `host:port` when only another port of that host is granted).
+//! - Secrets (a channel's token, a search key): where the plugin is given
+//!   [`Outbound`], `{{secret:NAME}}` in the URL or a header is substituted
+//!   for the secret's audience host only, the platform origin is pointed at
+//!   a configured `api_base`, and the response (headers and, bounded, body)
+//!   is redacted before the guest sees a byte (see [`super::secrets`]).
 //! - In flight: at most `[limits] max_http_requests` requests of one call at
 //!   once (each holds a socket and a host task until its body is done);
 //!   past that `handle` fails for the guest with a message naming the key.
@@ -25,6 +30,25 @@ use http::uri::{Authority, Scheme, Uri};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::grants::{HostPattern, is_private};
+use super::manifest::channel::Injection;
+use super::secrets::Secrets;
+
+/// Largest response body read whole to redact secrets from it; a larger one
+/// to a request that carried a secret is refused.
+pub const MAX_REDACTED_BODY: usize = 4 << 20;
+
+/// What the host adds to a plugin's own requests beyond the grant: secrets
+/// substituted, and the platform's origin pointed at a configured base (a
+/// channel's `api_base`: a test server, a self-hosted Bot API).
+#[derive(Debug, Clone, Default)]
+pub struct Outbound {
+    /// The plugin's secrets.
+    pub secrets: Secrets,
+    /// (platform origin `https://host`, configured base): a request whose URL
+    /// starts with the origin is sent to the base instead, and still counts
+    /// as aimed at the platform for secrets.
+    pub rewrite: Option<(String, String)>,
+}
 
 /// The [`WasiHttpHooks`] of one call.
 pub struct HttpPolicy {
@@ -32,18 +56,95 @@ pub struct HttpPolicy {
     granted: Arc<[HostPattern]>,
     in_flight: Arc<tokio::sync::Semaphore>,
     max_in_flight: u32,
+    outbound: Option<Arc<Outbound>>,
 }
 
 impl HttpPolicy {
-    /// A policy admitting exactly `granted`, at most `max_in_flight` at once.
-    pub fn new(plugin: Arc<str>, granted: Vec<HostPattern>, max_in_flight: u32) -> Self {
+    /// A policy admitting exactly `granted`, at most `max_in_flight` at once,
+    /// with `outbound`'s secrets and rewrite when given.
+    pub fn new(plugin: Arc<str>, granted: Vec<HostPattern>, max_in_flight: u32, outbound: Option<Arc<Outbound>>) -> Self {
         HttpPolicy {
             plugin,
             granted: granted.into(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight as usize)),
             max_in_flight,
+            outbound,
         }
     }
+}
+
+/// Substitutes secrets into `request` (URL and headers, judged by the host
+/// the plugin addressed). Returns whether a secret went in, in which case the
+/// response must be redacted.
+fn substitute_secrets(outbound: &Outbound, request: &mut http::Request<WasiBody>) -> Result<bool, HttpError> {
+    let uri = request.uri().to_string();
+    let host = request.uri().host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
+    let port = request.uri().port_u16().unwrap_or(if request.uri().scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 });
+    let mut substituted = false;
+    let target = outbound.secrets.substitute(&uri, Injection::Url, &host, port).into_owned();
+    substituted |= target != uri;
+    for value in request.headers_mut().values_mut() {
+        let Ok(text) = value.to_str() else { continue };
+        let new = outbound.secrets.substitute(text, Injection::Header, &host, port);
+        if new != text {
+            *value = http::HeaderValue::from_str(&new).map_err(|_| HttpError::InternalError(Some("a secret value is not a valid header value".into())))?;
+            substituted = true;
+        }
+    }
+    if target != uri {
+        *request.uri_mut() = target.parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    }
+    Ok(substituted)
+}
+
+impl Outbound {
+    /// The part of `uri` after the platform origin, when the rewrite
+    /// applies to it.
+    fn rest_after_origin(&self, uri: &str) -> Option<(String, String)> {
+        let (origin, base) = self.rewrite.as_ref()?;
+        let rest = uri.strip_prefix(origin.as_str())?;
+        (rest.is_empty() || rest.starts_with('/') || rest.starts_with('?')).then(|| (base.clone(), rest.to_string()))
+    }
+
+    /// True when a request to `uri` goes to the configured base instead.
+    fn redirects(&self, uri: &Uri) -> bool {
+        self.rest_after_origin(&uri.to_string()).is_some()
+    }
+}
+
+/// Points a request on the platform origin at the configured base. Called
+/// after the grant admitted the platform request: the base is the user's
+/// own config, dialled as given.
+fn rewrite_origin(outbound: &Outbound, request: &mut http::Request<WasiBody>) -> Result<(), HttpError> {
+    let Some((base, rest)) = outbound.rest_after_origin(&request.uri().to_string()) else { return Ok(()) };
+    *request.uri_mut() = format!("{}{rest}", base.trim_end_matches('/')).parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    // The Host header named the platform: let the client set the base's.
+    request.headers_mut().remove(http::header::HOST);
+    Ok(())
+}
+
+/// The response with every secret value written back as its placeholder:
+/// headers, and the body read whole (at most [`MAX_REDACTED_BODY`]).
+async fn redact_response(secrets: &Secrets, response: http::Response<WasiBody>) -> Result<http::Response<WasiBody>, HttpError> {
+    use http_body_util::BodyExt;
+    let (mut parts, body) = response.into_parts();
+    for value in parts.headers.values_mut() {
+        if let Ok(text) = value.to_str()
+            && let std::borrow::Cow::Owned(redacted) = secrets.redact(text)
+            && let Ok(new) = http::HeaderValue::from_str(&redacted)
+        {
+            *value = new;
+        }
+    }
+    let bytes = http_body_util::Limited::new(body, MAX_REDACTED_BODY)
+        .collect()
+        .await
+        .map_err(|_| HttpError::HttpResponseBodySize(Some(MAX_REDACTED_BODY as u64)))?
+        .to_bytes();
+    let bytes = secrets.redact_bytes(&bytes).into_owned();
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    let body = http_body_util::Full::new(bytes::Bytes::from(bytes)).map_err(|never| match never {}).boxed_unsync();
+    Ok(http::Response::from_parts(parts, body))
 }
 
 type ResponseFuture = Box<
@@ -64,6 +165,7 @@ impl WasiHttpHooks for HttpPolicy {
         // without waiting is refused at the one past the limit.
         let permit = self.in_flight.clone().try_acquire_owned();
         let max_in_flight = self.max_in_flight;
+        let outbound = self.outbound.clone();
         Box::new(async move {
             let Ok(permit) = permit else {
                 tracing::warn!(plugin = &*plugin, "outgoing HTTP refused: {max_in_flight} requests already in flight");
@@ -71,22 +173,54 @@ impl WasiHttpHooks for HttpPolicy {
                     "more than {max_in_flight} HTTP requests in flight in one call (config [limits] max_http_requests)"
                 ))));
             };
-            let pinned = admit(&plugin, &granted, request.uri()).await?;
+            // Admitted as the plugin wrote it (placeholders, not values, so
+            // a denial's log line carries no secret), then filled in. A
+            // platform request the rewrite redirects is admitted by name: the
+            // base it goes to is the user's own config.
+            let redirected = outbound.as_ref().is_some_and(|o| o.redirects(request.uri()));
+            let pinned = if redirected {
+                if !granted_name(&granted, request.uri()) {
+                    tracing::warn!(plugin = &*plugin, uri = %request.uri(), "outgoing HTTP denied: not granted");
+                    return Err(HttpError::HttpRequestDenied);
+                }
+                None
+            } else {
+                admit(&plugin, &granted, request.uri()).await?
+            };
+            let redact = match &outbound {
+                Some(outbound) => substitute_secrets(outbound, &mut request)?,
+                None => false,
+            };
+            if let Some(outbound) = &outbound {
+                rewrite_origin(outbound, &mut request)?;
+            }
             if let Some(addr) = pinned {
                 pin_to(&mut request, addr);
             }
             let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let response = response.map(http_body_util::BodyExt::boxed_unsync);
+            let response = match &outbound {
+                Some(outbound) if redact => redact_response(&outbound.secrets, response).await?,
+                _ => response,
+            };
             // The connection task holds the permit until the body is done.
             let io = async move {
                 let _permit = permit;
                 io.await
             };
-            Ok((
-                response.map(http_body_util::BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-            ))
+            Ok((response, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
         })
     }
+}
+
+/// True when `granted` names the host (and port) of `uri`: the grant check
+/// without resolving the name, for a platform request that the `api_base`
+/// rewrite sends to the user's configured base instead.
+pub(crate) fn granted_name(granted: &[HostPattern], uri: &Uri) -> bool {
+    let Some(authority) = uri.authority() else { return false };
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let port = authority.port_u16().unwrap_or(if uri.scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 });
+    granted.iter().any(|p| p.matches(host, port))
 }
 
 /// Decides one request. Returns the address to pin a plain-HTTP request to.

@@ -74,6 +74,7 @@ pub struct LoadedPlugin {
     hash: ContentHash,
     bytes: Arc<[u8]>,
     prepared: tokio::sync::OnceCell<Result<Prepared, Arc<PluginError>>>,
+    outbound: std::sync::OnceLock<Arc<super::http::Outbound>>,
 }
 
 /// A component linked for its world: what every call instantiates from.
@@ -84,6 +85,13 @@ pub(super) enum Prepared {
 }
 
 impl LoadedPlugin {
+    /// Gives the plugin's own `wasi:http` requests `outbound` (secrets and
+    /// the origin rewrite of the channel it serves); set once, by the channel
+    /// manager when it starts the channel. Returns false if already set.
+    pub fn set_outbound(&self, outbound: super::http::Outbound) -> bool {
+        self.outbound.set(Arc::new(outbound)).is_ok()
+    }
+
     /// The plugin's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -182,6 +190,7 @@ impl PluginRuntime {
             world,
             bytes,
             prepared: tokio::sync::OnceCell::new(),
+            outbound: std::sync::OnceLock::new(),
         }
     }
 
@@ -227,7 +236,7 @@ impl PluginRuntime {
     /// A fresh store for one call to `plugin`: its sandbox, the memory and
     /// table limiter, and the epoch deadline of `[limits] timeout_ms`.
     pub(super) fn new_store(&self, plugin: &LoadedPlugin, progress: Option<ProgressSink>, read_only: bool) -> Result<Store<StoreState>, PluginError> {
-        let state = StoreState::new(&plugin.name, &plugin.grant, &self.workspace, &self.limits, progress, read_only)?;
+        let state = StoreState::new(&plugin.name, &plugin.grant, &self.workspace, &self.limits, progress, read_only, plugin.outbound.get().cloned())?;
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let deadline = Instant::now() + self.limits.timeout();

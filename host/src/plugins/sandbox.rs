@@ -120,6 +120,7 @@ impl StoreState {
         limits: &Limits,
         progress: Option<ProgressSink>,
         read_only: bool,
+        outbound: Option<Arc<super::http::Outbound>>,
     ) -> Result<StoreState, PluginError> {
         let stderr = CapturedOutput::new(STDERR_CAPTURE);
         let mut wasi = WasiCtxBuilder::new();
@@ -145,7 +146,7 @@ impl StoreState {
             wasi: wasi.build(),
             table,
             http,
-            http_policy: HttpPolicy::new(plugin.clone(), grant.network.clone(), limits.max_http_requests),
+            http_policy: HttpPolicy::new(plugin.clone(), grant.network.clone(), limits.max_http_requests, outbound),
             limiter: CallLimiter::new(limits),
             host: HostState {
                 plugin: plugin.clone(),
