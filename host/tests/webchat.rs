@@ -259,3 +259,35 @@ async fn a_browser_streams_a_reply_renders_it_safely_switches_sessions_stops_and
     let shape: Vec<(Role, String)> = stored.messages.iter().map(|m| (m.role, m.text().to_string())).collect();
     assert_eq!(shape, [(Role::User, "second".to_string()), (Role::Assistant, SECOND.to_string())]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_a_hanging_web_turn_within_the_drain_grace() {
+    let mock = mock();
+    let home = tempfile::tempdir().unwrap();
+    let mut gw = Gateway::start(home.path(), &mock);
+    let http = reqwest::Client::new();
+    let sent = http.post(gw.url("/chat/send")).bearer_auth(TOKEN).json(&json!({"session": "s1", "text": "hang please"})).send().await.unwrap();
+    assert_eq!(sent.status().as_u16(), 202);
+    for _ in 0..500 {
+        if mock.request_count() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(mock.request_count(), 1, "the turn reached the model");
+    let started = std::time::Instant::now();
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(gw.child.id() as i32, libc::SIGTERM) }, 0);
+    let status = loop {
+        if let Some(status) = gw.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the gateway waited on the hanging web turn: {}", gw.stderr());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "{status:?}: {}", gw.stderr());
+    // DRAIN_GRACE (5 s) for the turn to finish, then stopped, not the
+    // loop's 60 s flush limit.
+    assert!(started.elapsed() < Duration::from_secs(12), "{:?}", started.elapsed());
+    assert!(gw.stderr().contains("stopped 1 running turn(s), finished tool steps kept: web:s1"), "{}", gw.stderr());
+}

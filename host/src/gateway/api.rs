@@ -135,7 +135,7 @@ impl Drop for InFlightGuard {
 }
 
 impl InFlight {
-    fn enter(self: &Arc<Self>, key: &str) -> InFlightGuard {
+    pub(super) fn enter(self: &Arc<Self>, key: &str) -> InFlightGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.keys.lock().expect("in-flight lock").insert(id, key.to_string());
         InFlightGuard { owner: self.clone(), id }

@@ -36,6 +36,11 @@
 //! to the streams open on its chat id (several tabs may watch one session).
 //! Events for a chat nobody watches are dropped: the reply is in the
 //! session, and the page loads it when it connects.
+//!
+//! **Shutdown.** A web turn counts as a request in flight (from the POST
+//! until its chat's `TurnEnd`), so the gateway's drain gives it the same
+//! grace as an API request and then stops it with its checkpoint kept,
+//! instead of waiting for a turn that may never end.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -51,7 +56,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::api::{self, ApiState, Body};
+use super::api::{self, ApiState, Body, InFlightGuard};
+use crate::agent::commands;
 use super::wire::ApiError;
 use crate::bus::{InboundMessage, OutboundKind, OutboundMessage, TURN_FAILED};
 use crate::session::Role;
@@ -81,6 +87,10 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 #[derive(Default)]
 pub struct WebChat {
     streams: Mutex<HashMap<String, Vec<mpsc::UnboundedSender<Bytes>>>>,
+    /// The turns sent and not yet ended, by chat id. A message sent while
+    /// its chat's turn runs is folded into that turn (one `TurnEnd` for
+    /// both), so a `TurnEnd` ends every guard of its chat.
+    turns: Mutex<HashMap<String, Vec<InFlightGuard>>>,
 }
 
 impl WebChat {
@@ -99,6 +109,9 @@ impl WebChat {
 
     /// Sends `event` to every stream open on its chat; false when none is.
     pub fn publish(&self, event: &OutboundMessage) -> bool {
+        if event.kind == OutboundKind::TurnEnd {
+            self.turns.lock().expect("webchat lock").remove(&event.chat_id);
+        }
         let frame = Bytes::from(format!("data: {}\n\n", event_json(event)));
         let mut streams = self.streams.lock().expect("webchat lock");
         let Some(open) = streams.get_mut(&event.chat_id) else { return false };
@@ -108,6 +121,10 @@ impl WebChat {
             streams.remove(&event.chat_id);
         }
         delivered
+    }
+
+    fn track(&self, chat_id: &str, guard: InFlightGuard) {
+        self.turns.lock().expect("webchat lock").entry(chat_id.to_string()).or_default().push(guard);
     }
 
     fn subscribe(&self, chat_id: &str) -> mpsc::UnboundedReceiver<Bytes> {
@@ -167,6 +184,10 @@ pub async fn handle(state: Arc<ApiState>, request: Request<Incoming>) -> Result<
                 return Err(ApiError::invalid("text", "`text` must not be empty"));
             }
             let inbound = InboundMessage::new(WEB_CHANNEL, WEB_CHANNEL, id, body.text).from_client();
+            // `/stop` and `/status` are answered without a turn (no `TurnEnd`).
+            if !commands::is_priority(&inbound.content) {
+                state.web.track(id, state.in_flight.enter(&inbound.session_key()));
+            }
             state.agent.core().bus.publish_inbound(inbound);
             Ok(json(StatusCode::ACCEPTED, &json!({"queued": true})))
         }

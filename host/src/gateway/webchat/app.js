@@ -189,7 +189,7 @@
   async function api(method, path, body) {
     const res = await fetch(path, { method, headers: headers(), body: body === undefined ? undefined : JSON.stringify(body), cache: 'no-store' });
     if (res.status === 401) {
-      needToken('The gateway refused this token.');
+      needToken(refusal());
       throw new Error('unauthorized');
     }
     if (!res.ok) {
@@ -246,7 +246,7 @@
           headers: headers(), signal: controller.signal, cache: 'no-store',
         });
         if (res.status === 401) {
-          needToken('The gateway refused this token.');
+          needToken(refusal());
           return;
         }
         if (!res.ok) throw new Error('HTTP ' + res.status);
@@ -320,6 +320,11 @@
 
   // ---------- the token ----------
 
+  // No message when no token was tried yet (the first visit).
+  function refusal() {
+    return state.token ? 'The gateway refused this token.' : '';
+  }
+
   function needToken(message) {
     if (message) localStorage.removeItem(TOKEN_KEY);
     state.generation++;
@@ -371,6 +376,7 @@
     renderMarkdown,
   };
 
-  if (state.token) start();
-  else needToken('');
+  // Try the stored token (or none: a gateway with auth_token = "" on
+  // loopback needs none); a 401 shows the token form.
+  start();
 })();
