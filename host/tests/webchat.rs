@@ -222,9 +222,10 @@ async fn a_browser_streams_a_reply_renders_it_safely_switches_sessions_stops_and
     assert_ne!(first, second, "{context}");
     assert_eq!(r["newSession"]["messages"], 0, "a new chat starts empty: {context}");
 
-    // Reconnect: part of the reply was seen, the stream dropped, the rest
-    // arrived while the page was offline; after reconnecting the page shows
-    // the finished reply once, loaded from the session's history.
+    // Reconnect: part of the reply was seen, the stream dropped, the reply
+    // finished (stored by the gateway) while the page was offline; after
+    // reconnecting the page shows the finished reply once, loaded from the
+    // session's history (no delta arrived after the drop).
     let before_drop = r["partialBeforeDrop"].as_str().unwrap();
     assert!(!before_drop.is_empty() && !before_drop.contains("SECOND-DONE"), "{context}");
     assert!(r["shownWhileOffline"].as_array().unwrap().iter().all(|t| !t.as_str().unwrap().contains("SECOND-DONE")), "{context}");
@@ -232,6 +233,7 @@ async fn a_browser_streams_a_reply_renders_it_safely_switches_sessions_stops_and
     assert!(after["connects"].as_u64() > before["connects"].as_u64(), "{context}");
     assert!(after["drops"].as_u64() > before["drops"].as_u64(), "{context}");
     assert!(after["historyLoads"].as_u64() > before["historyLoads"].as_u64(), "{context}");
+    assert_eq!(after["deltas"], before["deltas"], "the rest came from the history, not the stream: {context}");
     assert_eq!(r["reconnect"]["assistant"], json!([{"text": SECOND, "streaming": false}]), "{context}");
     assert_eq!(r["reconnect"]["stopDisabled"], true, "the finished turn is not shown as running: {context}");
 

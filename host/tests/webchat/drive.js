@@ -124,7 +124,17 @@ async function run(page, context) {
   await context.setOffline(true);
   await page.evaluate(() => window.chitin.dropStream());
   await page.waitForSelector('#status:not(.connected)', WAIT);
-  await page.waitForTimeout(3500);
+  // Wait (from Node, which is not offline) until the gateway has stored
+  // the finished reply, so it can only reach the page through the history.
+  const session = await page.evaluate(() => window.chitin.session());
+  const deadline = Date.now() + WAIT.timeout;
+  for (;;) {
+    const res = await fetch(`${base}/chat/history?session=${session}`, { headers: { Authorization: `Bearer ${token}` } });
+    const history = await res.json();
+    if (history.messages.some((m) => m.text.includes('SECOND-DONE')) && !history.running) break;
+    if (Date.now() > deadline) throw new Error('the gateway never stored the second reply: ' + JSON.stringify(history));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
   results.shownWhileOffline = await page.evaluate(() => [...document.querySelectorAll('#messages .msg.assistant')].map((d) => d.textContent));
   await context.setOffline(false);
   await page.waitForFunction((n) => window.chitin.stats.connects > n, before.connects, WAIT);
