@@ -39,7 +39,7 @@ pub async fn run(_args: GatewayArgs, data: DataDir, options: AppOptions) -> anyh
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let addr = gateway.local_addr();
     let auth = if gateway.requires_token() { "bearer token required" } else { "NO authentication (loopback only)" };
-    errln!("chitin gateway listening on http://{addr} (OpenAI API at http://{addr}/v1, {auth}); Ctrl-C or SIGTERM stops it");
+    errln!("chitin gateway listening on http://{addr} (web chat at http://{addr}/chat, OpenAI API at http://{addr}/v1, {auth}); Ctrl-C or SIGTERM stops it");
     let channels = gateway.channel_names();
     errln!("channels: {}", if channels.is_empty() { "none".to_string() } else { channels.join(", ") });
     let shutdown = async move {

@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, OwnedMutexGuard};
 
 use super::router::{ChatRoute, OutboundRouter};
+use super::webchat::{self, WebChat};
 use super::wire::{self, ApiError, CompletionHead};
 use crate::agent::AgentLoop;
 use crate::bus::{EPHEMERAL_HISTORY, InboundMessage, OutboundKind, OutboundMessage, TURN_FAILED, USAGE};
@@ -66,6 +67,8 @@ pub struct ApiState {
     /// Set at shutdown: new requests get 503.
     pub(super) draining: AtomicBool,
     pub(super) in_flight: Arc<InFlight>,
+    /// The web chat's open event streams.
+    pub(super) web: Arc<WebChat>,
     session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -80,6 +83,7 @@ impl ApiState {
             created: chrono::Utc::now().timestamp(),
             draining: AtomicBool::new(false),
             in_flight: Arc::default(),
+            web: WebChat::new(),
             session_locks: Mutex::default(),
         }
     }
@@ -131,7 +135,7 @@ impl Drop for InFlightGuard {
 }
 
 impl InFlight {
-    fn enter(self: &Arc<Self>, key: &str) -> InFlightGuard {
+    pub(super) fn enter(self: &Arc<Self>, key: &str) -> InFlightGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.keys.lock().expect("in-flight lock").insert(id, key.to_string());
         InFlightGuard { owner: self.clone(), id }
@@ -169,8 +173,11 @@ async fn route(state: Arc<ApiState>, request: Request<Incoming>) -> Result<Respo
     if state.draining.load(Ordering::Acquire) {
         return Err(ApiError::new(503, "server_error", Some("shutting_down"), "the gateway is shutting down; retry in a moment"));
     }
-    authorize(&state.auth, request.headers())?;
     let path = request.uri().path().trim_end_matches('/').to_string();
+    if webchat::is_webchat_path(&path) {
+        return webchat::handle(state, request).await;
+    }
+    authorize(&state.auth, request.headers())?;
     let method = request.method().clone();
     match path.as_str() {
         "/v1/chat/completions" if method == Method::POST => chat(state, request).await,
@@ -188,7 +195,7 @@ async fn route(state: Arc<ApiState>, request: Request<Incoming>) -> Result<Respo
 /// `Authorization: Bearer <token>`, compared in constant time (as BLAKE3
 /// digests, whose equality is constant-time, so neither the content nor
 /// the length of the token leaks through timing).
-fn authorize(auth: &GatewayAuth, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn authorize(auth: &GatewayAuth, headers: &HeaderMap) -> Result<(), ApiError> {
     let GatewayAuth::Token(token) = auth else { return Ok(()) };
     let unauthorized = |message: &str| ApiError::new(401, "authentication_error", Some("invalid_api_key"), message);
     let value = headers.get(header::AUTHORIZATION).ok_or_else(|| unauthorized("missing Authorization header: send `Authorization: Bearer <token>` ([gateway] auth_token)"))?;
@@ -200,7 +207,7 @@ fn authorize(auth: &GatewayAuth, headers: &HeaderMap) -> Result<(), ApiError> {
 /// read and dropped, up to [`MAX_DRAIN_BYTES`] in all, before the 413: a
 /// server that answers with unread bytes in the socket makes the kernel
 /// reset the connection, and the client loses the answer.
-async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
     let too_large = || ApiError::new(413, "invalid_request_error", Some("request_too_large"), format!("the request body is over the limit of {MAX_BODY_BYTES} bytes"));
     let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let mut body = request.into_body();

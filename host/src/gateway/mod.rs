@@ -1,5 +1,6 @@
 //! `chitin gateway`: the always-on host. One process runs the agent loop
-//! over the bus, the OpenAI-compatible API, and the chat channels.
+//! over the bus, the OpenAI-compatible API, the web chat ([`webchat`]) and
+//! the chat channels ([`crate::channels`]).
 //!
 //! Shape (spec §2–3, nanobot's gateway): every front end publishes
 //! [`InboundMessage`](crate::bus::InboundMessage)s and reads its answers
@@ -20,12 +21,13 @@
 //!    (`SessionStore::sync`).
 //!
 //! The HTTP server is plain hyper (already a dependency, as in the mock
-//! LLM): three routes, a body cap and a custom drain did not need a
+//! LLM): a handful of routes, a body cap and a custom drain did not need a
 //! framework, and the 503-while-draining step is simpler with our own
 //! accept loop than with a framework's graceful shutdown.
 
 pub mod api;
 pub mod router;
+pub mod webchat;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -160,6 +162,7 @@ impl Gateway {
         let Gateway { listener, state, bus, channels, .. } = self;
         let agent = state.agent.clone();
         let router_task = tokio::spawn(state.router.clone().run(bus.clone()));
+        let web_task = tokio::spawn(state.web.clone().run(state.router.route_channel(webchat::WEB_CHANNEL)));
         let loop_stop = CancellationToken::new();
         let loop_task = tokio::spawn({
             let (agent, stop) = (agent.clone(), loop_stop.clone());
@@ -208,6 +211,7 @@ impl Gateway {
             tracing::warn!("gateway: the agent loop did not stop within {FLUSH_GRACE:?}");
         }
         router_task.abort();
+        web_task.abort();
         // Whatever a late turn wrote after the loop's flush; and the error,
         // which the loop can only log.
         agent.core().sessions.sync()?;

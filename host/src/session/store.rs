@@ -50,6 +50,12 @@ pub trait SessionStore: Send + Sync {
     fn save(&self, session: &mut Session) -> Result<(), SessionError>;
     /// Returns a session after a turn, so the next turn needs no disk read.
     fn release(&self, session: Session);
+    /// A read-only copy of the session for `key` as it stands (a new one
+    /// when none is stored), for display (the web chat's history). Unlike
+    /// [`SessionStore::load`] it leaves ownership alone: taking the cached
+    /// copy and handing it back would race a turn that starts meanwhile and
+    /// put a stale session back in its place.
+    fn snapshot(&self, key: &str) -> Result<Session, SessionError>;
     /// Keys of all stored sessions.
     fn list(&self) -> Result<Vec<String>, SessionError>;
     /// Flushes files to stable storage (called at shutdown).
@@ -224,6 +230,15 @@ impl SessionStore for JsonlStore {
             }
         }
         state.cache.insert(session.key.clone(), session);
+    }
+
+    fn snapshot(&self, key: &str) -> Result<Session, SessionError> {
+        if let Some(session) = self.state.lock().expect("store lock").cache.get(key) {
+            return Ok(session.clone());
+        }
+        // Not cached: on disk, or owned by a running turn, whose saved
+        // messages are on disk too.
+        self.read(key)
     }
 
     fn list(&self) -> Result<Vec<String>, SessionError> {

@@ -27,6 +27,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
+use futures::StreamExt as _;
 use tokio::sync::oneshot;
 
 /// The reply used once the script is exhausted, unless another is set.
@@ -173,6 +174,8 @@ struct Shared {
     log: Mutex<(Vec<Bytes>, Option<Script>)>,
     handler: Option<Handler>,
     latency: Mutex<Duration>,
+    /// Pause between the events of a streamed answer.
+    chunk_delay: Mutex<Duration>,
     next_call_id: AtomicU64,
 }
 
@@ -235,6 +238,14 @@ impl MockLlm {
         *lock(&self.shared.latency) = latency;
     }
 
+    /// Pauses `delay` between the events of every streamed answer, so a
+    /// test can watch a reply arrive piece by piece (the web chat's
+    /// browser test sees partial text this way).
+    pub fn with_chunk_delay(self, delay: Duration) -> MockLlm {
+        *lock(&self.shared.chunk_delay) = delay;
+        self
+    }
+
     /// The API root to give a client: `http://127.0.0.1:PORT/v1`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
@@ -278,6 +289,7 @@ impl MockLlm {
             log: Mutex::new((Vec::new(), script)),
             handler,
             latency: Mutex::new(Duration::ZERO),
+            chunk_delay: Mutex::new(Duration::ZERO),
             next_call_id: AtomicU64::new(1),
         });
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("MockLlm: bind 127.0.0.1:0");
@@ -464,7 +476,13 @@ async fn reply_response(shared: &Shared, reply: MockReply, request: &RequestHead
     if stream {
         let include_usage = request.stream_options.include_usage;
         let events = sse_events(&answer, &id, model, include_usage.then_some(usage));
-        let frames = futures::stream::iter(events.into_iter().map(|e| Ok(Frame::data(e))));
+        let delay = *lock(&shared.chunk_delay);
+        let frames = futures::stream::iter(events.into_iter().enumerate()).then(move |(n, e)| async move {
+            if n > 0 && !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            Ok(Frame::data(e))
+        });
         return sse_response(StreamBody::new(frames).boxed_unsync());
     }
     let mut message = json!({"role": "assistant", "content": answer.content});

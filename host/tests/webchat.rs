@@ -1,0 +1,295 @@
+//! The web chat as a user sees it: the real `chitin gateway` binary over a
+//! scripted mock LLM that streams slowly, and the page driven in Debian's
+//! headless Chromium by `tests/webchat/drive.js` (playwright-core). The
+//! browser part needs `/usr/bin/chromium`, `node` and
+//! `npm ci --prefix host/tests/webchat`; `.ci/run` installs all three, and
+//! the test fails, naming what is missing, rather than skip.
+
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use chitin::session::{JsonlStore, Role, SessionStore as _};
+use chitin::testing::{MockLlm, MockReply};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "webchat-test-token";
+
+/// The first reply: Markdown, an HTML-injection attempt, a good and a bad
+/// link; streamed by the mock in three pieces.
+const REPLY: &str = "Here is `let x = 1;` and **bold** text. <img src=x onerror=\"window.__pwned=1\"> A [link](https://example.com/a?b=1&c=2) and [bad](javascript:window.__pwned=1). END-OF-REPLY";
+const SECOND: &str = "The second answer, finished while the page was away. SECOND-DONE";
+
+/// A running gateway; killed when dropped.
+struct Gateway {
+    child: Child,
+    base: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Gateway {
+    fn start(home: &Path, mock: &MockLlm) -> Gateway {
+        std::fs::write(home.join("config.toml"), "[agent]\nmodel = \"test-model\"\n[gateway]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+        let mut child = chitin(home, &["gateway"])
+            .env("OPENAI_BASE_URL", mock.base_url())
+            .env("CHITIN_GATEWAY_TOKEN", TOKEN)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let pipe = child.stderr.take().unwrap();
+        let log = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_string());
+                }
+                log.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let base = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(base) => base,
+            Err(_) => panic!("the gateway did not say where it listens; stderr: {}", stderr.lock().unwrap()),
+        };
+        Gateway { child, base, stderr }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The last user message's text in a model request.
+fn last_user(request: &Value) -> String {
+    request["messages"].as_array().into_iter().flatten().filter(|m| m["role"] == "user").last().map(|m| m["content"].to_string()).unwrap_or_default()
+}
+
+fn mock() -> MockLlm {
+    MockLlm::with_handler(|request, _| {
+        let said = last_user(request);
+        if said.contains("hang please") {
+            MockReply::Hang
+        } else if said.contains("second") {
+            MockReply::text(SECOND)
+        } else {
+            MockReply::text(REPLY)
+        }
+    })
+    .with_chunk_delay(Duration::from_millis(400))
+}
+
+fn support_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/webchat")
+}
+
+/// Fails (never skips) when the browser tooling is missing.
+fn require_browser() -> PathBuf {
+    let chromium = PathBuf::from(std::env::var("CHITIN_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()));
+    assert!(
+        chromium.exists(),
+        "{} is missing: the web chat test needs Debian's Chromium (`apt-get install -y --no-install-recommends chromium`, as .ci/run does)",
+        chromium.display()
+    );
+    let node = Command::new("node").arg("--version").output();
+    assert!(node.is_ok_and(|o| o.status.success()), "`node` is missing: the web chat test drives the browser with Node.js and playwright-core");
+    let playwright = support_dir().join("node_modules/playwright-core");
+    assert!(playwright.exists(), "{} is missing: run `npm ci --prefix host/tests/webchat` (as .ci/run does)", playwright.display());
+    chromium
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_is_public_and_every_chat_call_needs_the_token() {
+    let mock = mock();
+    let home = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(home.path(), &mock);
+    let http = reqwest::Client::new();
+
+    for path in ["/", "/chat"] {
+        let page = http.get(gw.url(path)).send().await.unwrap();
+        assert_eq!(page.status().as_u16(), 200, "{path}");
+        assert!(page.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+        let csp = page.headers()["content-security-policy"].to_str().unwrap().to_string();
+        assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+        assert!(page.text().await.unwrap().contains("/chat/app.js"));
+    }
+    let js = http.get(gw.url("/chat/app.js")).send().await.unwrap();
+    assert!(js.headers()["content-type"].to_str().unwrap().starts_with("text/javascript"));
+    assert!(js.text().await.unwrap().contains("function escapeHtml"));
+
+    let calls = [
+        ("GET", "/chat/sessions", None),
+        ("GET", "/chat/history?session=abc", None),
+        ("GET", "/chat/events?session=abc", None),
+        ("POST", "/chat/send", Some(json!({"session": "abc", "text": "hi"}))),
+        ("POST", "/chat/stop", Some(json!({"session": "abc"}))),
+    ];
+    for (method, path, body) in &calls {
+        for token in [None, Some("wrong"), Some("webchat-test-token2"), Some("webchat-test-toke")] {
+            let mut request = http.request(method.parse().unwrap(), gw.url(path));
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status().as_u16(), 401, "{method} {path} with {token:?}");
+        }
+    }
+    assert_eq!(mock.request_count(), 0, "nothing reached the model without the token");
+
+    let bad = http.get(gw.url("/chat/history?session=../api:x")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(bad.status().as_u16(), 400, "session ids are a closed alphabet");
+    let sessions: Value = http.get(gw.url("/chat/sessions")).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
+    assert_eq!(sessions, json!({"sessions": []}));
+    drop(gw);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_browser_streams_a_reply_renders_it_safely_switches_sessions_stops_and_reconnects() {
+    require_browser();
+    let mock = mock();
+    let home = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(home.path(), &mock);
+    let base = gw.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        run_within(Command::new("node").arg(support_dir().join("drive.js")).arg(&base).arg(TOKEN).current_dir(support_dir()), Duration::from_secs(180))
+    })
+    .await
+    .unwrap();
+    let text = stdout(&out);
+    let r: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("drive.js printed no JSON ({e}): {text}\nstderr: {}", stderr(&out)));
+    let context = format!("{r:#}\ngateway stderr:\n{}", gw.stderr());
+    if std::env::var_os("CHITIN_WEBCHAT_SHOW").is_some() {
+        eprintln!("{r:#}");
+    }
+    assert!(r["error"].is_null(), "the browser run failed at a step: {context}");
+    assert_eq!(r["lastStep"], "done", "{context}");
+    assert_eq!(r["pageErrors"], json!([]), "{context}");
+
+    // Token: asked for, a wrong one refused (the page asks again).
+    assert_eq!(r["loginShown"], true);
+    assert!(r["wrongToken"]["error"].as_str().unwrap().contains("refused"), "{context}");
+    assert_eq!(r["wrongToken"]["loginStillShown"], true, "{context}");
+
+    // Streaming: the bubble held part of the reply before all of it.
+    let partial = r["partial"].as_str().unwrap();
+    assert!(!partial.is_empty() && !partial.contains("END-OF-REPLY"), "{context}");
+    assert!(REPLY.starts_with("Here is") && r["reply"]["text"].as_str().unwrap().starts_with(&partial[..partial.len().min(7)]), "{context}");
+    // The progress hint was shown dimmed while the turn ran, and cleared after.
+    assert_eq!(r["hint"]["text"], "running", "{context}");
+    assert_eq!(r["hint"]["color"], "rgb(153, 153, 153)", "{context}");
+    assert_eq!(r["stopEnabledWhileBusy"], true);
+    assert_eq!(r["hintsAfterTurn"], 0);
+
+    // Markdown, safely: code and bold are elements; the <img> is text; only
+    // the http(s) link became a link, with rel=noopener.
+    let reply = &r["reply"];
+    assert_eq!(reply["code"], json!(["let x = 1;"]), "{context}");
+    assert_eq!(reply["strong"], json!(["bold"]), "{context}");
+    assert_eq!(reply["imgs"], 0, "{context}");
+    assert_eq!(reply["pwned"], false, "{context}");
+    assert!(reply["text"].as_str().unwrap().contains("<img src=x onerror=\"window.__pwned=1\">"), "shown as text: {context}");
+    assert_eq!(reply["links"], json!([{"href": "https://example.com/a?b=1&c=2", "rel": "noopener noreferrer", "text": "link"}]), "{context}");
+    assert!(reply["text"].as_str().unwrap().contains("[bad](javascript:window.__pwned=1)"), "{context}");
+    let tags: Vec<&str> = reply["elements"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(tags.iter().all(|t| ["p", "code", "strong", "em", "a", "br", "pre"].contains(t)), "{tags:?}");
+    assert_eq!(reply["userText"], "hello");
+
+    // The session list: the first chat, titled by its first message.
+    assert_eq!(r["sessionsAfterFirst"], json!([{"title": "hello", "active": true}]), "{context}");
+    let first = r["firstSession"].as_str().unwrap();
+    let second = r["newSession"]["id"].as_str().unwrap();
+    assert_ne!(first, second, "{context}");
+    assert_eq!(r["newSession"]["messages"], 0, "a new chat starts empty: {context}");
+
+    // Reconnect: part of the reply was seen, the stream dropped, the reply
+    // finished (stored by the gateway) while the page was offline; after
+    // reconnecting the page shows the finished reply once, loaded from the
+    // session's history (no delta arrived after the drop).
+    let before_drop = r["partialBeforeDrop"].as_str().unwrap();
+    assert!(!before_drop.is_empty() && !before_drop.contains("SECOND-DONE"), "{context}");
+    assert!(r["shownWhileOffline"].as_array().unwrap().iter().all(|t| !t.as_str().unwrap().contains("SECOND-DONE")), "{context}");
+    let (before, after) = (&r["reconnect"]["before"], &r["reconnect"]["after"]);
+    assert!(after["connects"].as_u64() > before["connects"].as_u64(), "{context}");
+    assert!(after["drops"].as_u64() > before["drops"].as_u64(), "{context}");
+    assert!(after["historyLoads"].as_u64() > before["historyLoads"].as_u64(), "{context}");
+    assert_eq!(after["deltas"], before["deltas"], "the rest came from the history, not the stream: {context}");
+    assert_eq!(r["reconnect"]["assistant"], json!([{"text": SECOND, "streaming": false}]), "{context}");
+    assert_eq!(r["reconnect"]["stopDisabled"], true, "the finished turn is not shown as running: {context}");
+
+    // Switching back loads the first chat's history, rendered again.
+    assert_eq!(r["switchedBack"]["id"], first);
+    assert_eq!(r["switchedBack"]["code"], "let x = 1;");
+
+    // `/stop` typed in the box stopped the hanging turn.
+    assert_eq!(r["stopNotice"], "Stopped.", "{context}");
+    assert_eq!(r["stopped"], true);
+
+    // A reload keeps the token and the session.
+    assert_eq!(r["afterReload"]["loginHidden"], true, "{context}");
+    assert_eq!(r["afterReload"]["id"], first, "{context}");
+
+    // What the model saw, and what the host stored: two `web:` sessions.
+    let said: Vec<String> = mock.requests().iter().map(last_user).collect();
+    assert!(said.iter().any(|s| s.contains("hello")) && said.iter().any(|s| s.contains("second")) && said.iter().any(|s| s.contains("hang please")), "{said:?}");
+    assert!(!said.iter().any(|s| s.contains("/stop")), "/stop never reaches the model: {said:?}");
+    drop(gw);
+    let store = JsonlStore::new(home.path().join("sessions"));
+    let keys = store.list().unwrap();
+    assert!(keys.contains(&format!("web:{first}")) && keys.contains(&format!("web:{second}")), "{keys:?}");
+    let stored = store.load(&format!("web:{second}")).unwrap();
+    let shape: Vec<(Role, String)> = stored.messages.iter().map(|m| (m.role, m.text().to_string())).collect();
+    assert_eq!(shape, [(Role::User, "second".to_string()), (Role::Assistant, SECOND.to_string())]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_a_hanging_web_turn_within_the_drain_grace() {
+    let mock = mock();
+    let home = tempfile::tempdir().unwrap();
+    let mut gw = Gateway::start(home.path(), &mock);
+    let http = reqwest::Client::new();
+    let sent = http.post(gw.url("/chat/send")).bearer_auth(TOKEN).json(&json!({"session": "s1", "text": "hang please"})).send().await.unwrap();
+    assert_eq!(sent.status().as_u16(), 202);
+    for _ in 0..500 {
+        if mock.request_count() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(mock.request_count(), 1, "the turn reached the model");
+    let started = std::time::Instant::now();
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(gw.child.id() as i32, libc::SIGTERM) }, 0);
+    let status = loop {
+        if let Some(status) = gw.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the gateway waited on the hanging web turn: {}", gw.stderr());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "{status:?}: {}", gw.stderr());
+    // DRAIN_GRACE (5 s) for the turn to finish, then stopped, not the
+    // loop's 60 s flush limit.
+    assert!(started.elapsed() < Duration::from_secs(12), "{:?}", started.elapsed());
+    assert!(gw.stderr().contains("stopped 1 running turn(s), finished tool steps kept: web:s1"), "{}", gw.stderr());
+}
