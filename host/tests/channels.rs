@@ -155,6 +155,15 @@ impl Gateway {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The `http://host:port` the gateway printed it listens on.
+    fn base(&self) -> String {
+        // The reader thread signals the line before it appends it.
+        self.wait_for("the listening line", || self.stderr().contains("listening on "));
+        let err = self.stderr();
+        let rest = err.split("listening on ").nth(1).expect("the listening line");
+        rest.split_whitespace().next().unwrap().to_string()
+    }
+
     /// Waits (bounded by a generous limit, not a timing assertion) until
     /// `cond` holds; panics with the stderr otherwise.
     fn wait_for(&self, what: &str, cond: impl Fn() -> bool) {
@@ -303,16 +312,8 @@ fn telegram_round_trip_through_the_agent_and_the_fs_tool() {
         MockReply::tool_call("write_file", serde_json::json!({"path": "note.txt", "content": "hi from telegram"}).to_string()),
         MockReply::text("Saved **note.txt** for you."),
     ]);
-    let config = format!(
-        "workspace = \"{ws}\"\n[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
-         [channels.telegram]\nenabled = true\nallow_from = [\"555\"]\napi_base = \"{base}\"\nbot_token = \"${{TG_TEST_TOKEN}}\"\nbot_username = \"chitinbot\"\n",
-        ws = ws.display(),
-        base = telegram.api_base(),
-    );
-    std::fs::write(home.path().join("config.toml"), &config).unwrap();
-    let mut cmd = chitin(home.path(), &["gateway"]);
-    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("TG_TEST_TOKEN", tg_token).env("RUST_LOG", "chitin=info");
-    let gw = Gateway::spawn(cmd);
+    std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
     gw.wait_for("the reply sent to the chat", || !telegram.sent_messages().is_empty());
     let err = gw.terminate();
     let sent = telegram.sent_messages();
@@ -325,4 +326,146 @@ fn telegram_round_trip_through_the_agent_and_the_fs_tool() {
     assert!(!asked.contains(tg_token) && !err.contains(tg_token), "the token leaked");
     let record = std::fs::read_to_string(home.path().join("channels/telegram.json")).unwrap();
     assert!(!record.contains(tg_token));
+}
+
+
+/// `[channels.telegram]` against `telegram` (the built-in channel), the
+/// token from `TG_TEST_TOKEN`, sender 555 allowed.
+fn telegram_config(ws: &Path, telegram: &chitin::testing::MockTelegram) -> String {
+    format!(
+        "workspace = \"{ws}\"\n[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
+         [channels.telegram]\nenabled = true\nallow_from = [\"555\"]\napi_base = \"{base}\"\nbot_token = \"${{TG_TEST_TOKEN}}\"\nbot_username = \"chitinbot\"\n",
+        ws = ws.display(),
+        base = telegram.api_base(),
+    )
+}
+
+/// `chitin gateway` (or another subcommand) on `home` with the model at
+/// `mock` and the bot token in the environment.
+fn telegram_command(home: &Path, mock: &MockLlm, tg_token: &str, args: &[&str]) -> std::process::Command {
+    let mut cmd = chitin(home, args);
+    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("TG_TEST_TOKEN", tg_token).env("RUST_LOG", "chitin=info");
+    cmd
+}
+
+fn telegram_gateway(home: &Path, mock: &MockLlm, tg_token: &str) -> std::process::Command {
+    telegram_command(home, mock, tg_token, &["gateway"])
+}
+
+/// Blocking GET through reqwest on a throwaway runtime: (status, body).
+fn http_get(url: &str) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let response = reqwest::get(url).await.expect("GET");
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap())
+    })
+}
+
+/// Checks `what` holds on every one of 100 looks 10 ms apart (about a
+/// second of waiting; a slow machine only waits longer, it cannot pass
+/// something that is false).
+fn holds_throughout(what: &str, cond: impl Fn() -> Result<(), String>) {
+    for look in 0..100 {
+        if let Err(e) = cond() {
+            panic!("{what} stopped holding at look {look}: {e}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Issue 10, item 9: "409 stops the poller". A second consumer of the bot
+/// token makes Telegram answer the gateway's held `getUpdates` with 409;
+/// the channel stops with that reason instead of retrying (no restart loop
+/// fighting the other instance), the rest of the gateway keeps serving, and
+/// `chitin status` shows why the channel is down.
+#[test]
+fn telegram_409_stops_the_poller_with_a_clear_status() {
+    let tg_token = "777001:CONFLICT-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("unused")]);
+    std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the gateway's long poll held by the platform", || telegram.is_polling());
+
+    // The other instance: a direct getUpdates with the same token. The
+    // mock, like Telegram, ends the held poll with 409.
+    let (status, body) = http_get(&format!("{}/bot{tg_token}/getUpdates?timeout=0", telegram.api_base()));
+    assert_eq!(status, 200, "the newer poller is served: {body}");
+    gw.wait_for("the channel stopped on the 409", || gw.stderr().contains("channel stopped"));
+    let err = gw.stderr();
+    let stop = err.lines().find(|l| l.contains("channel stopped")).unwrap().to_string();
+    assert!(stop.contains("telegram") && stop.contains("409 Conflict") && stop.contains("another bot instance is polling"), "the stop names the reason: {stop}");
+    assert!(!err.contains("channel step failed"), "a 409 is not retried: {err}");
+
+    // No more polls: the count stays where it is.
+    let polls = telegram.requests_for("getUpdates").len();
+    holds_throughout("no getUpdates after the stop", || {
+        let now = telegram.requests_for("getUpdates").len();
+        if now == polls { Ok(()) } else { Err(format!("{now} polls, {polls} at the stop")) }
+    });
+    assert!(!telegram.is_polling(), "nobody holds a poll");
+
+    // The rest of the gateway still answers.
+    let (status, models) = http_get(&format!("{}/v1/models", gw.base()));
+    assert_eq!(status, 200, "{models}");
+    assert!(models.contains("\"data\""), "{models}");
+
+    // `chitin status` on the same home shows the channel stopped, with why.
+    let out = run(telegram_command(home.path(), &mock, tg_token, &["status"]));
+    let shown = stdout(&out);
+    let line = shown.lines().find(|l| l.trim_start().starts_with("telegram")).unwrap_or_else(|| panic!("no telegram line: {shown}"));
+    assert!(line.contains("stopped") && line.contains("409 Conflict"), "status shows the stop and its reason: {line}");
+    assert!(!shown.contains(tg_token) && !err.contains(tg_token), "the token leaked");
+
+    let err = gw.terminate();
+    assert_eq!(mock.request_count(), 0, "{err}");
+}
+
+/// Issue 10, item 3/4: one consumer per bot account. A second gateway on
+/// the same CHITIN_HOME (its own port) finds the channel's lock held and
+/// stops that channel with "already running (pid N)" naming the first
+/// gateway, without ever polling, so the first keeps its long poll (a
+/// second `getUpdates` would have ended it with 409) and keeps answering.
+#[test]
+fn a_second_gateway_on_the_same_channel_stops_with_already_running() {
+    let tg_token = "777002:TWICE-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("still the first")]);
+    std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
+    let first = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    first.wait_for("the first gateway's long poll", || telegram.is_polling());
+    let polls = telegram.requests_for("getUpdates").len();
+
+    let second = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    assert_ne!(first.base(), second.base());
+    let running = format!("already running (pid {}", first.child.id());
+    second.wait_for("the second gateway refusing the channel", || second.stderr().contains(&running));
+    let stop = second.stderr().lines().find(|l| l.contains(&running)).unwrap().to_string();
+    assert!(stop.contains("telegram") && stop.contains("channel stopped"), "{stop}");
+
+    holds_throughout("the second gateway never polls", || {
+        let now = telegram.requests_for("getUpdates").len();
+        if now != polls {
+            return Err(format!("{now} getUpdates, {polls} before the second gateway"));
+        }
+        if !telegram.is_polling() {
+            return Err("the first gateway's poll was ended".into());
+        }
+        Ok(())
+    });
+    assert!(!first.stderr().contains("channel stopped"), "the first gateway's channel is untouched: {}", first.stderr());
+
+    // The first still serves the chat.
+    telegram.push(chitin::testing::MockUpdate::text(778, 555, "are you there?"));
+    first.wait_for("the reply from the first gateway", || !telegram.sent_messages().is_empty());
+    assert_eq!(telegram.sent_messages()[0].text, "still the first");
+    let err2 = second.terminate();
+    assert!(!err2.contains("reply delivered"), "{err2}");
+    first.terminate();
+    assert_eq!(mock.request_count(), 1);
 }
