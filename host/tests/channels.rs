@@ -9,8 +9,7 @@ use common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chitin::testing::{MockLlm, MockReply};
@@ -100,11 +99,6 @@ impl Server {
     }
 }
 
-struct Gateway {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-}
-
 fn install(home: &Path) {
     std::fs::create_dir_all(home.join("plugins")).unwrap();
     std::fs::copy(ECHO_CHANNEL_WASM, home.join("plugins/echo-channel.wasm")).unwrap();
@@ -127,62 +121,6 @@ impl Gateway {
             cmd.env("CHITIN_TEST_CRASH_BEFORE_COMMIT", "1");
         }
         Gateway::spawn(cmd)
-    }
-
-    /// Starts `cmd` (a `chitin gateway`) and waits until it listens.
-    fn spawn(mut cmd: std::process::Command) -> Gateway {
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let pipe = child.stderr.take().unwrap();
-        let log = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if line.contains("listening on ") {
-                    let _ = tx.send(());
-                }
-                log.lock().unwrap().push_str(&(line + "\n"));
-            }
-        });
-        if rx.recv_timeout(Duration::from_secs(120)).is_err() {
-            panic!("the gateway did not start; stderr: {}", stderr.lock().unwrap());
-        }
-        Gateway { child, stderr }
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// The `http://host:port` the gateway printed it listens on.
-    fn base(&self) -> String {
-        // The reader thread signals the line before it appends it.
-        self.wait_for("the listening line", || self.stderr().contains("listening on "));
-        let err = self.stderr();
-        let rest = err.split("listening on ").nth(1).expect("the listening line");
-        rest.split_whitespace().next().unwrap().to_string()
-    }
-
-    /// Waits (bounded by a generous limit, not a timing assertion) until
-    /// `cond` holds; panics with the stderr otherwise.
-    fn wait_for(&self, what: &str, cond: impl Fn() -> bool) {
-        for _ in 0..6000 {
-            if cond() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("never saw {what}; stderr: {}", self.stderr());
-    }
-
-    fn terminate(mut self) -> String {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = self.child.wait().unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(status.success(), "gateway exit {status}; stderr: {}", self.stderr());
-        self.stderr()
     }
 }
 

@@ -5,10 +5,8 @@
 mod common;
 use common::*;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chitin::session::{JsonlStore, Role, SessionStore as _};
@@ -18,75 +16,14 @@ use serde_json::{Value, json};
 const TOKEN: &str = "gw-test-token";
 
 /// A running gateway; killed if the test ends without stopping it.
-struct Gateway {
-    child: Child,
-    base: String,
-    stderr: Arc<Mutex<String>>,
-}
-
 impl Gateway {
     /// Starts `chitin gateway` in `home` over `mock`, with `config` appended
     /// to a config that listens on port 0.
     fn start(home: &Path, mock: &MockLlm, config: &str) -> Gateway {
         std::fs::write(home.join("config.toml"), format!("[agent]\nmodel = \"test-model\"\n[gateway]\nlisten = \"127.0.0.1:0\"\n{config}")).unwrap();
-        let mut child = chitin(home, &["gateway"])
-            .env("OPENAI_BASE_URL", mock.base_url())
-            .env("CHITIN_GATEWAY_TOKEN", TOKEN)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let pipe = child.stderr.take().unwrap();
-        let log = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_string());
-                }
-                log.lock().unwrap().push_str(&(line + "\n"));
-            }
-        });
-        let base = match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(base) => base,
-            Err(_) => panic!("the gateway did not say where it listens; stderr: {}", stderr.lock().unwrap()),
-        };
-        Gateway { child, base, stderr }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// SIGTERM, then its exit status.
-    fn terminate(&mut self) -> ExitStatus {
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) }, 0);
-        run_wait(&mut self.child)
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-}
-
-fn run_wait(child: &mut Child) -> ExitStatus {
-    for _ in 0..3000 {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    panic!("the gateway did not exit after SIGTERM");
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let mut cmd = chitin(home, &["gateway"]);
+        cmd.env("OPENAI_BASE_URL", mock.base_url()).env("CHITIN_GATEWAY_TOKEN", TOKEN);
+        Gateway::spawn(cmd)
     }
 }
 
@@ -201,7 +138,7 @@ async fn a_turn_with_a_tool_call_writes_the_workspace() {
     assert_eq!(std::fs::read_to_string(home.path().join("workspace/notes/api.txt")).unwrap(), "written through the API");
     let tool_results = texts(&mock.requests()[1], "tool");
     assert!(tool_results[0].starts_with("wrote"), "{tool_results:?}");
-    assert!(gw.terminate().success(), "{}", gw.stderr());
+    assert!(gw.sigterm().success(), "{}", gw.stderr());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -256,7 +193,7 @@ async fn a_client_with_its_own_history_runs_statelessly() {
     assert!(users[1].contains("what is my name?"), "{users:?}");
     assert_eq!(texts(request, "assistant"), ["Hello Ada"]);
     assert!(!request.to_string().contains("client system prompt"), "the agent's own system prompt applies");
-    assert!(gw.terminate().success(), "{}", gw.stderr());
+    assert!(gw.sigterm().success(), "{}", gw.stderr());
     let stored = std::fs::read_dir(home.path().join("sessions")).map(|d| d.count()).unwrap_or(0);
     assert_eq!(stored, 0, "a stateless request persists no session");
 }
@@ -348,7 +285,7 @@ async fn sigterm_finishes_the_running_turn_refuses_new_ones_and_exits_0() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(gw.child.id() as i32, libc::SIGTERM) }, 0);
+    gw.signal_term();
     // Intake stops: a new request gets 503 (polled until the signal lands).
     let refused = loop {
         let response = client().get(gw.url("/v1/models")).bearer_auth(TOKEN).send().await.unwrap();
@@ -363,7 +300,7 @@ async fn sigterm_finishes_the_running_turn_refuses_new_ones_and_exits_0() {
     let (status, body) = running.await.unwrap();
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["choices"][0]["message"]["content"], "Finished anyway.");
-    let exit = run_wait(&mut gw.child);
+    let exit = gw.wait_exit();
     assert!(exit.success(), "{exit:?}: {}", gw.stderr());
     assert!(gw.stderr().contains("sessions flushed in"), "{}", gw.stderr());
     let session = JsonlStore::new(home.path().join("sessions")).load("api:last").unwrap();

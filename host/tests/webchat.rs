@@ -8,10 +8,8 @@
 mod common;
 use common::*;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::process::Command;
 use std::time::Duration;
 
 use chitin::session::{JsonlStore, Role, SessionStore as _};
@@ -26,55 +24,12 @@ const REPLY: &str = "Here is `let x = 1;` and **bold** text. <img src=x onerror=
 const SECOND: &str = "The second answer, finished while the page was away. SECOND-DONE";
 
 /// A running gateway; killed when dropped.
-struct Gateway {
-    child: Child,
-    base: String,
-    stderr: Arc<Mutex<String>>,
-}
-
 impl Gateway {
     fn start(home: &Path, mock: &MockLlm) -> Gateway {
         std::fs::write(home.join("config.toml"), "[agent]\nmodel = \"test-model\"\n[gateway]\nlisten = \"127.0.0.1:0\"\n").unwrap();
-        let mut child = chitin(home, &["gateway"])
-            .env("OPENAI_BASE_URL", mock.base_url())
-            .env("CHITIN_GATEWAY_TOKEN", TOKEN)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let pipe = child.stderr.take().unwrap();
-        let log = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_string());
-                }
-                log.lock().unwrap().push_str(&(line + "\n"));
-            }
-        });
-        let base = match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(base) => base,
-            Err(_) => panic!("the gateway did not say where it listens; stderr: {}", stderr.lock().unwrap()),
-        };
-        Gateway { child, base, stderr }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let mut cmd = chitin(home, &["gateway"]);
+        cmd.env("OPENAI_BASE_URL", mock.base_url()).env("CHITIN_GATEWAY_TOKEN", TOKEN);
+        Gateway::spawn(cmd)
     }
 }
 
@@ -279,7 +234,7 @@ async fn sigterm_stops_a_hanging_web_turn_within_the_drain_grace() {
     assert_eq!(mock.request_count(), 1, "the turn reached the model");
     let started = std::time::Instant::now();
     // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(gw.child.id() as i32, libc::SIGTERM) }, 0);
+    gw.signal_term();
     let status = loop {
         if let Some(status) = gw.child.try_wait().unwrap() {
             break status;
