@@ -35,6 +35,36 @@ impl AllowFrom {
     }
 }
 
+/// Which group messages reach the agent (`group_policy`); direct chats
+/// always do. Read from the adapter's `trigger` flags, so every platform
+/// means the same by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupPolicy {
+    /// `"mention"` (default): the bot is @-mentioned, replied to, or given a
+    /// command; the rest of a group's chatter never costs a model request.
+    #[default]
+    Mention,
+    /// `"command"`: bot commands only.
+    Command,
+    /// `"ambient"`: every message of the group.
+    Ambient,
+    /// `"off"`: no group messages at all.
+    Off,
+}
+
+impl GroupPolicy {
+    /// Whether a group message with `trigger` passes.
+    pub fn admits(self, trigger: crate::plugins::channel::Trigger) -> bool {
+        use crate::plugins::channel::Trigger;
+        match self {
+            GroupPolicy::Mention => trigger.intersects(Trigger::MENTION | Trigger::REPLY_TO_BOT | Trigger::COMMAND),
+            GroupPolicy::Command => trigger.contains(Trigger::COMMAND),
+            GroupPolicy::Ambient => true,
+            GroupPolicy::Off => false,
+        }
+    }
+}
+
 /// One `[channels.<name>]` table, resolved against the plugin's declared
 /// secrets.
 #[derive(Clone)]
@@ -47,6 +77,8 @@ pub struct ChannelConfig {
     pub plugin: String,
     /// `allow_from` (default: nobody).
     pub allow_from: AllowFrom,
+    /// `group_policy` (default `"mention"`).
+    pub group_policy: GroupPolicy,
     /// `api_base`: where the platform's API is served instead of its public
     /// host (a local Bot API server, a mock in tests).
     pub api_base: Option<String>,
@@ -71,7 +103,7 @@ impl std::fmt::Debug for ChannelConfig {
     }
 }
 
-const HOST_KEYS: [&str; 5] = ["enabled", "plugin", "allow_from", "mode", "api_base"];
+const HOST_KEYS: [&str; 6] = ["enabled", "plugin", "allow_from", "group_policy", "mode", "api_base"];
 
 fn table<'a>(name: &str, raw: &'a toml::Value) -> Result<&'a toml::Table, ChannelSetupError> {
     raw.as_table().ok_or_else(|| ChannelSetupError::Config { key: format!("channels.{name}"), message: "must be a table".into() })
@@ -115,6 +147,13 @@ impl ChannelConfig {
             }
             Some(_) => return Err(bad("allow_from", "must be a list: [\"*\"] or [\"123\", ...]".into())),
         };
+        let group_policy = match t.get("group_policy").map(|v| v.as_str()) {
+            None | Some(Some("mention")) => GroupPolicy::Mention,
+            Some(Some("command")) => GroupPolicy::Command,
+            Some(Some("ambient")) => GroupPolicy::Ambient,
+            Some(Some("off")) => GroupPolicy::Off,
+            Some(other) => return Err(bad("group_policy", format!("must be \"mention\", \"command\", \"ambient\" or \"off\", not {other:?}"))),
+        };
         match t.get("mode").map(|v| v.as_str()) {
             None | Some(Some("poll")) => {}
             Some(Some("webhook")) => {
@@ -155,7 +194,7 @@ impl ChannelConfig {
                 settings.insert(k.clone(), json);
             }
         }
-        Ok(ChannelConfig { name: name.to_string(), enabled, plugin, allow_from, api_base, secrets, settings })
+        Ok(ChannelConfig { name: name.to_string(), enabled, plugin, allow_from, group_policy, api_base, secrets, settings })
     }
 
     /// The JSON for `start(config)`: the settings, never a secret value.
@@ -204,5 +243,15 @@ mod tests {
         let c = parse("allow_from = [\"123\", 456]").unwrap();
         assert!(c.allow_from.allows("123") && c.allow_from.allows("456") && !c.allow_from.allows("789"));
         assert!(!parse("").unwrap().allow_from.allows("123"), "no allow_from: nobody");
+    }
+
+    #[test]
+    fn group_policy_is_read_and_a_bad_one_named() {
+        let read = |text: &str| ChannelConfig::parse("tg", &toml::from_str::<toml::Value>(text).unwrap(), |_| false);
+        assert_eq!(read("enabled = true").unwrap().group_policy, GroupPolicy::Mention);
+        assert_eq!(read("group_policy = \"ambient\"").unwrap().group_policy, GroupPolicy::Ambient);
+        assert!(!read("group_policy = \"off\"").unwrap().settings.contains_key("group_policy"), "a host key, not a setting");
+        let err = read("group_policy = \"everyone\"").unwrap_err().to_string();
+        assert!(err.contains("channels.tg.group_policy") && err.contains("everyone"), "{err}");
     }
 }

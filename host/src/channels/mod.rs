@@ -75,7 +75,7 @@ use crate::plugins::secrets::Secrets;
 use crate::plugins::{PluginCatalog, PluginError};
 use crate::plugins::world::World;
 
-pub use config::{AllowFrom, ChannelConfig};
+pub use config::{AllowFrom, ChannelConfig, GroupPolicy};
 use record::{ChannelLock, ChannelRecord};
 use transport::Transport;
 
@@ -288,7 +288,7 @@ impl Poller {
             match action {
                 Action::Emit(inbound) => {
                     emitted = true;
-                    if let Some(message) = accept(&mut self.record, &self.name, &self.config.allow_from, &inbound, now) {
+                    if let Some(message) = accept(&mut self.record, &self.name, &self.config.allow_from, self.config.group_policy, &inbound, now) {
                         self.record.inbox.push(message);
                     }
                 }
@@ -395,7 +395,14 @@ impl Poller {
 /// Takes one emit into the record: `None` for a duplicate event id or a
 /// sender not in `allow_from` (logged, sender id only); the event id is
 /// marked seen either way, so a re-sent refused message is not logged again.
-pub fn accept(record: &mut ChannelRecord, channel: &str, allow: &AllowFrom, inbound: &crate::plugins::channel::Inbound, now: chrono::DateTime<Utc>) -> Option<InboundMessage> {
+pub fn accept(
+    record: &mut ChannelRecord,
+    channel: &str,
+    allow: &AllowFrom,
+    policy: GroupPolicy,
+    inbound: &crate::plugins::channel::Inbound,
+    now: chrono::DateTime<Utc>,
+) -> Option<InboundMessage> {
     if record.is_seen(&inbound.event_id) {
         tracing::debug!(channel, event = %inbound.event_id, "duplicate event dropped");
         return None;
@@ -403,6 +410,10 @@ pub fn accept(record: &mut ChannelRecord, channel: &str, allow: &AllowFrom, inbo
     record.mark_seen(&inbound.event_id, now);
     if !allow.allows(&inbound.sender_id) {
         tracing::info!(channel, sender = %inbound.sender_id, "message from a sender not in allow_from dropped");
+        return None;
+    }
+    if inbound.chat_kind != crate::plugins::channel::ChatKind::Direct && !policy.admits(inbound.trigger) {
+        tracing::debug!(channel, chat = %inbound.chat_id, ?policy, "group message not addressed to the bot dropped (group_policy)");
         return None;
     }
     let mut message = InboundMessage::new(channel, &inbound.sender_id, &inbound.chat_id, &inbound.text);
@@ -559,13 +570,13 @@ mod tests {
         let mut record = ChannelRecord::default();
         let allow = AllowFrom::Only(vec!["u1".into()]);
         let now = Utc::now();
-        let first = accept(&mut record, "tg", &allow, &inbound("e1", "u1", None), now).expect("allowed");
+        let first = accept(&mut record, "tg", &allow, GroupPolicy::Mention, &inbound("e1", "u1", None), now).expect("allowed");
         assert_eq!(first.session_key(), "tg:c1");
         assert_eq!(first.metadata["event_id"], "e1");
-        assert!(accept(&mut record, "tg", &allow, &inbound("e1", "u1", None), now).is_none(), "same event id: dropped");
-        assert!(accept(&mut record, "tg", &allow, &inbound("e2", "stranger", None), now).is_none(), "not in allow_from");
+        assert!(accept(&mut record, "tg", &allow, GroupPolicy::Mention, &inbound("e1", "u1", None), now).is_none(), "same event id: dropped");
+        assert!(accept(&mut record, "tg", &allow, GroupPolicy::Mention, &inbound("e2", "stranger", None), now).is_none(), "not in allow_from");
         assert!(record.is_seen("e2"), "a refused event is taken too");
-        let topic = accept(&mut record, "tg", &AllowFrom::Anyone, &inbound("e3", "x", Some("7")), now).unwrap();
+        let topic = accept(&mut record, "tg", &AllowFrom::Anyone, GroupPolicy::Mention, &inbound("e3", "x", Some("7")), now).unwrap();
         assert_eq!(topic.session_key(), "tg:c1:7");
         assert_eq!(topic.metadata["thread"], "7");
     }
@@ -585,5 +596,24 @@ mod tests {
         assert_eq!(rate.check("a", t0 + Duration::from_secs(2)), Duration::from_secs(58));
         assert!(rate.check("b", t0 + Duration::from_secs(2)).is_zero(), "another chat has its own bucket");
         assert!(rate.check("a", t0 + Duration::from_secs(60)).is_zero(), "the first send left the window");
+    }
+
+    #[test]
+    fn group_messages_pass_only_as_the_policy_says() {
+        use crate::plugins::channel::{ChatKind, Trigger};
+        let group = |event: &str, trigger: Trigger| crate::plugins::channel::Inbound { chat_kind: ChatKind::Group, trigger, ..inbound(event, "u1", None) };
+        let mut record = ChannelRecord::default();
+        let now = Utc::now();
+        let mut passes = |policy: GroupPolicy, event: &str, trigger: Trigger| accept(&mut record, "tg", &AllowFrom::Anyone, policy, &group(event, trigger), now).is_some();
+        assert!(!passes(GroupPolicy::Mention, "g1", Trigger::empty()), "chatter costs nothing");
+        assert!(passes(GroupPolicy::Mention, "g2", Trigger::MENTION));
+        assert!(passes(GroupPolicy::Mention, "g3", Trigger::REPLY_TO_BOT));
+        assert!(passes(GroupPolicy::Mention, "g4", Trigger::COMMAND));
+        assert!(!passes(GroupPolicy::Command, "g5", Trigger::MENTION));
+        assert!(passes(GroupPolicy::Command, "g6", Trigger::COMMAND));
+        assert!(passes(GroupPolicy::Ambient, "g7", Trigger::empty()));
+        assert!(!passes(GroupPolicy::Off, "g8", Trigger::COMMAND));
+        // Direct chats are never filtered by the group policy.
+        assert!(accept(&mut record, "tg", &AllowFrom::Anyone, GroupPolicy::Off, &inbound("d1", "u1", None), now).is_some());
     }
 }
