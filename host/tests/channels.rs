@@ -259,6 +259,10 @@ fn telegram_round_trip_through_the_agent_and_the_fs_tool() {
     assert_eq!(sent[0].chat_id, 777);
     assert!(sent[0].text.contains("<b>note.txt</b>"), "rendered for Telegram: {:?}", sent[0].text);
     assert_eq!(std::fs::read_to_string(ws.join("note.txt")).unwrap(), "hi from telegram");
+    // "typing" was shown in the chat while the agent worked (set-status,
+    // through the component's own request, token filled in by the host).
+    let typing = telegram.chat_actions();
+    assert!(typing.iter().any(|a| a.chat_id == 777 && a.action == "typing"), "{typing:?}");
     let asked = serde_json::to_string(&mock.requests()).unwrap();
     assert!(asked.contains("save a note saying hi"), "{asked}");
     assert!(!asked.contains(tg_token) && !err.contains(tg_token), "the token leaked");

@@ -68,7 +68,8 @@ use tokio_util::sync::CancellationToken;
 use crate::bus::{InboundMessage, MessageBus, OutboundKind, OutboundMessage};
 use crate::config::ConfigError;
 use crate::gateway::{Channel, ChannelContext};
-use crate::plugins::channel::{Action, Callback, Outgoing, Step};
+use crate::plugins::channel::{Action, Callback, ChatStatus, Outgoing, Step};
+use crate::plugins::manifest::channel::PlatformLimits;
 use crate::plugins::ChannelFailure;
 use crate::plugins::runtime::{LoadedPlugin, PluginRuntime};
 use crate::plugins::secrets::Secrets;
@@ -208,6 +209,9 @@ struct Poller {
     bus: Arc<MessageBus>,
     shutdown: CancellationToken,
     outbound: Option<JoinHandle<()>>,
+    /// Chats whose message went to the agent: the deliver loop shows
+    /// "typing" there until the reply lands.
+    typing: tokio::sync::mpsc::UnboundedSender<String>,
     _lock: ChannelLock,
 }
 
@@ -239,8 +243,9 @@ impl Poller {
         match setup() {
             Ok((lock, record, transport)) => {
                 let transport = Arc::new(transport);
-                let limits = plugin.manifest.channel.as_ref().map(|c| c.limits.rate_per_chat_per_min).unwrap_or(20);
-                let outbound = tokio::spawn(deliver_loop(name.clone(), plugin.clone(), runtime.clone(), ctx.outbound, limits));
+                let limits = plugin.manifest.channel.as_ref().map(|c| c.limits.clone()).unwrap_or_default();
+                let (typing, typing_rx) = tokio::sync::mpsc::unbounded_channel();
+                let outbound = tokio::spawn(deliver_loop(name.clone(), plugin.clone(), runtime.clone(), ctx.outbound, typing_rx, limits));
                 Ok(Poller {
                     path: dir.join(format!("{name}.json")),
                     name,
@@ -252,6 +257,7 @@ impl Poller {
                     bus: ctx.bus,
                     shutdown: ctx.shutdown,
                     outbound: Some(outbound),
+                    typing,
                     _lock: lock,
                 })
             }
@@ -272,6 +278,7 @@ impl Poller {
             return Ok(());
         }
         for message in self.record.inbox.drain(..) {
+            let _ = self.typing.send(message.chat_id.clone());
             self.bus.publish_inbound(message);
         }
         self.record.save(&self.path)
@@ -480,15 +487,59 @@ impl RateLimit {
 /// Delivery retry waits: 1, 2, 4 s.
 const DELIVER_RETRIES: [Duration; 3] = [Duration::from_secs(1), Duration::from_secs(2), Duration::from_secs(4)];
 
+/// How long "typing" is kept up for a message whose reply never comes.
+const TYPING_AT_MOST: Duration = Duration::from_secs(120);
+
 async fn deliver_loop(
     name: String,
     plugin: Arc<LoadedPlugin>,
     runtime: Arc<PluginRuntime>,
     mut outbound: tokio::sync::mpsc::UnboundedReceiver<OutboundMessage>,
-    rate_per_min: u32,
+    mut typing_requests: tokio::sync::mpsc::UnboundedReceiver<String>,
+    limits: PlatformLimits,
 ) {
-    let mut rate = RateLimit::new(rate_per_min);
-    while let Some(message) = outbound.recv().await {
+    let mut rate = RateLimit::new(limits.rate_per_chat_per_min);
+    let refresh = Duration::from_millis(u64::from(limits.typing_refresh_ms));
+    // Chat → (next refresh, give up at). Empty when the platform has no
+    // typing indicator (`typing_refresh_ms = 0`).
+    let mut typing: HashMap<String, (Instant, Instant)> = HashMap::new();
+    loop {
+        let next_refresh = typing.values().map(|(next, _)| *next).min();
+        let tick = async {
+            match next_refresh {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let message = tokio::select! {
+            message = outbound.recv() => match message {
+                Some(message) => message,
+                None => break,
+            },
+            Some(chat) = typing_requests.recv() => {
+                if !refresh.is_zero() {
+                    let now = Instant::now();
+                    show_typing(&name, &plugin, &runtime, &chat).await;
+                    typing.insert(chat, (now + refresh, now + TYPING_AT_MOST));
+                }
+                continue;
+            }
+            () = tick => {
+                let now = Instant::now();
+                typing.retain(|_, (_, until)| *until > now);
+                let due: Vec<String> = typing.iter().filter(|(_, (next, _))| *next <= now).map(|(chat, _)| chat.clone()).collect();
+                for chat in due {
+                    show_typing(&name, &plugin, &runtime, &chat).await;
+                    if let Some((next, _)) = typing.get_mut(&chat) {
+                        *next = Instant::now() + refresh;
+                    }
+                }
+                continue;
+            }
+        };
+        if matches!(message.kind, OutboundKind::Message { .. } | OutboundKind::TurnEnd) {
+            typing.remove(&message.chat_id);
+        }
         if !matches!(message.kind, OutboundKind::Message { .. }) || message.content.is_empty() {
             continue;
         }
@@ -529,6 +580,13 @@ async fn deliver_loop(
                 }
             }
         }
+    }
+}
+
+/// One "typing" indicator; a failure only costs the indicator.
+async fn show_typing(name: &str, plugin: &LoadedPlugin, runtime: &PluginRuntime, chat: &str) {
+    if let Err(e) = runtime.channel_set_status(plugin, chat, ChatStatus::Typing).await {
+        tracing::debug!(channel = %name, chat, "typing indicator failed: {e}");
     }
 }
 
