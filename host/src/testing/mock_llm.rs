@@ -23,12 +23,9 @@ use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use futures::StreamExt as _;
-use tokio::sync::oneshot;
 
 /// The reply used once the script is exhausted, unless another is set.
 pub const SCRIPT_EXHAUSTED: &str = "(script exhausted)";
@@ -186,15 +183,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A running mock server; dropping it stops the server.
 pub struct MockLlm {
-    addr: SocketAddr,
+    server: super::server::MockServer,
     shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for MockLlm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MockLlm").field("addr", &self.addr).field("requests", &self.request_count()).finish()
+        f.debug_struct("MockLlm").field("addr", &self.server.addr()).field("requests", &self.request_count()).finish()
     }
 }
 
@@ -248,12 +243,12 @@ impl MockLlm {
 
     /// The API root to give a client: `http://127.0.0.1:PORT/v1`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.server.addr())
     }
 
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Every chat request body received, in order (a body that was not JSON
@@ -292,73 +287,9 @@ impl MockLlm {
             chunk_delay: Mutex::new(Duration::ZERO),
             next_call_id: AtomicU64::new(1),
         });
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("MockLlm: bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("MockLlm: local address");
-        listener.set_nonblocking(true).expect("MockLlm: non-blocking listener");
-        let (shutdown, stop) = oneshot::channel();
         let server_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("mock-llm-{}", addr.port()))
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(runtime) => runtime,
-                    Err(e) => {
-                        tracing::error!("MockLlm: no runtime: {e}");
-                        return;
-                    }
-                };
-                runtime.block_on(serve(listener, server_shared, stop));
-                // Dropping the runtime here cancels open connections and
-                // hung replies.
-            })
-            .expect("MockLlm: spawn the server thread");
-        MockLlm { addr, shared, shutdown: Some(shutdown), thread: Some(thread) }
-    }
-}
-
-impl Drop for MockLlm {
-    fn drop(&mut self) {
-        drop(self.shutdown.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-async fn serve(listener: std::net::TcpListener, shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
-    let listener = match tokio::net::TcpListener::from_std(listener) {
-        Ok(listener) => listener,
-        Err(e) => {
-            tracing::error!("MockLlm: listener: {e}");
-            return;
-        }
-    };
-    // Dropping the set at the end aborts every connection task.
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = &mut stop => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(_) => {
-                        // Out of descriptors and the like: back off, go on.
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let shared = shared.clone();
-                connections.spawn(async move {
-                    let service = service_fn(move |request| respond(shared.clone(), request));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .keep_alive(true)
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        }
+        let server = super::server::MockServer::start("MockLlm", move |request| respond(server_shared.clone(), request));
+        MockLlm { server, shared }
     }
 }
 

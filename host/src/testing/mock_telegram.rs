@@ -41,9 +41,7 @@ use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::{Map, Value, json};
 use tokio::sync::{oneshot, watch};
 
@@ -421,15 +419,13 @@ impl Shared {
 
 /// A running mock Bot API; dropping it stops the server.
 pub struct MockTelegram {
-    addr: SocketAddr,
+    server: super::server::MockServer,
     shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for MockTelegram {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MockTelegram").field("addr", &self.addr).finish()
+        f.debug_struct("MockTelegram").field("addr", &self.server.addr()).finish()
     }
 }
 
@@ -472,36 +468,20 @@ impl MockTelegram {
             polling: watch::channel(false).0,
             logged: watch::channel(0).0,
         });
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("MockTelegram: bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("MockTelegram: local address");
-        listener.set_nonblocking(true).expect("MockTelegram: non-blocking listener");
-        let (shutdown, stop) = oneshot::channel();
         let server_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("mock-telegram-{}", addr.port()))
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(runtime) => runtime,
-                    Err(e) => {
-                        tracing::error!("MockTelegram: no runtime: {e}");
-                        return;
-                    }
-                };
-                runtime.block_on(serve(listener, server_shared, stop));
-            })
-            .expect("MockTelegram: spawn the server thread");
-        MockTelegram { addr, shared, shutdown: Some(shutdown), thread: Some(thread) }
+        let server = super::server::MockServer::start("MockTelegram", move |request| respond(server_shared.clone(), request));
+        MockTelegram { server, shared }
     }
 
     /// The Bot API root to give an adapter as `api_base`:
     /// `http://127.0.0.1:PORT` (methods are `{api_base}/bot<token>/<method>`).
     pub fn api_base(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr())
     }
 
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// The token the mock accepts.
@@ -671,15 +651,6 @@ impl MockTelegram {
     }
 }
 
-impl Drop for MockTelegram {
-    fn drop(&mut self) {
-        drop(self.shutdown.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 fn assign_update_id(state: &mut State, update: &mut Value) -> i64 {
     let id = match update.get("update_id").and_then(Value::as_i64) {
         Some(id) => id,
@@ -697,38 +668,6 @@ fn assign_update_id(state: &mut State, update: &mut Value) -> i64 {
 
 fn bot_user(username: &str) -> Value {
     json!({"id": MOCK_BOT_ID, "is_bot": true, "first_name": "Chitin Test Bot", "username": username})
-}
-
-async fn serve(listener: std::net::TcpListener, shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
-    let listener = match tokio::net::TcpListener::from_std(listener) {
-        Ok(listener) => listener,
-        Err(e) => {
-            tracing::error!("MockTelegram: listener: {e}");
-            return;
-        }
-    };
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = &mut stop => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let shared = shared.clone();
-                connections.spawn(async move {
-                    let service = service_fn(move |request| respond(shared.clone(), request));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .keep_alive(true)
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        }
-    }
 }
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -1431,32 +1370,22 @@ mod tests {
     #[tokio::test]
     async fn webhook_delivery_carries_the_secret_header() {
         // A tiny receiver that answers 200 for the right secret, 401 otherwise.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::<Value>::new()));
         let server_seen = seen.clone();
-        tokio::spawn(async move {
-            loop {
-                let (stream, _) = listener.accept().await.unwrap();
-                let seen = server_seen.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |request: Request<Incoming>| {
-                        let seen = seen.clone();
-                        async move {
-                            let secret = request.headers().get("x-telegram-bot-api-secret-token").cloned();
-                            let body = request.into_body().collect().await.unwrap().to_bytes();
-                            if secret.as_ref().is_some_and(|s| s == "right") {
-                                lock(&seen).push(serde_json::from_slice(&body).unwrap());
-                                Ok::<_, Infallible>(response(StatusCode::OK, "text/plain", "ok"))
-                            } else {
-                                Ok(response(StatusCode::UNAUTHORIZED, "text/plain", "no"))
-                            }
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-                });
+        let receiver = crate::testing::server::MockServer::start("WebhookReceiver", move |request: Request<Incoming>| {
+            let seen = server_seen.clone();
+            async move {
+                let secret = request.headers().get("x-telegram-bot-api-secret-token").cloned();
+                let body = request.into_body().collect().await.unwrap().to_bytes();
+                if secret.as_ref().is_some_and(|s| s == "right") {
+                    lock(&seen).push(serde_json::from_slice(&body).unwrap());
+                    Ok::<_, Infallible>(response(StatusCode::OK, "text/plain", "ok"))
+                } else {
+                    Ok(response(StatusCode::UNAUTHORIZED, "text/plain", "no"))
+                }
             }
         });
+        let addr = receiver.addr();
         let mock = MockTelegram::start();
         let update = mock.update_json(&MockUpdate::text(3, 4, "via hook"));
         assert!(matches!(mock.deliver_webhook(update.clone()).await, Err(MockTelegramError::NoWebhook)));
