@@ -7,6 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::session::Message;
+use crate::tools::json_kind;
 
 /// A request error in OpenAI's shape.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,27 +67,27 @@ pub fn parse_chat_request(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let messages = match object.get("messages") {
         None | Some(Value::Null) => return Err(ApiError::invalid("messages", "missing required field `messages`")),
         Some(Value::Array(messages)) => messages,
-        Some(other) => return Err(ApiError::invalid("messages", format!("`messages` must be an array, not {}", type_name(other)))),
+        Some(other) => return Err(ApiError::invalid("messages", format!("`messages` must be an array, not {}", json_kind(other)))),
     };
     let stream = optional_bool(object.get("stream"), "stream")?;
     let include_usage = match object.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(Value::Object(options)) => optional_bool(options.get("include_usage"), "stream_options.include_usage")?,
-        Some(other) => return Err(ApiError::invalid("stream_options", format!("`stream_options` must be an object, not {}", type_name(other)))),
+        Some(other) => return Err(ApiError::invalid("stream_options", format!("`stream_options` must be an object, not {}", json_kind(other)))),
     };
     let user = match object.get("user") {
         None | Some(Value::Null) => None,
         Some(Value::String(user)) => Some(user.clone()).filter(|u| !u.is_empty()),
-        Some(other) => return Err(ApiError::invalid("user", format!("`user` must be a string, not {}", type_name(other)))),
+        Some(other) => return Err(ApiError::invalid("user", format!("`user` must be a string, not {}", json_kind(other)))),
     };
     let mut turns = Vec::with_capacity(messages.len());
     for (i, message) in messages.iter().enumerate() {
         let field = format!("messages[{i}]");
-        let message = message.as_object().ok_or_else(|| ApiError::invalid(&field, format!("`{field}` must be an object, not {}", type_name(message))))?;
+        let message = message.as_object().ok_or_else(|| ApiError::invalid(&field, format!("`{field}` must be an object, not {}", json_kind(message))))?;
         let role = match message.get("role") {
             Some(Value::String(role)) => role.as_str(),
             None => return Err(ApiError::invalid(format!("{field}.role"), format!("missing required field `{field}.role`"))),
-            Some(other) => return Err(ApiError::invalid(format!("{field}.role"), format!("`{field}.role` must be a string, not {}", type_name(other)))),
+            Some(other) => return Err(ApiError::invalid(format!("{field}.role"), format!("`{field}.role` must be a string, not {}", json_kind(other)))),
         };
         let text = content_text(message.get("content"), &format!("{field}.content"))?;
         turns.push((role.to_string(), text));
@@ -112,7 +113,7 @@ fn optional_bool(value: Option<&Value>, field: &str) -> Result<bool, ApiError> {
     match value {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
-        Some(other) => Err(ApiError::invalid(field, format!("`{field}` must be a boolean, not {}", type_name(other)))),
+        Some(other) => Err(ApiError::invalid(field, format!("`{field}` must be a boolean, not {}", json_kind(other)))),
     }
 }
 
@@ -134,18 +135,7 @@ fn content_text(content: Option<&Value>, field: &str) -> Result<String, ApiError
             }
             Ok(text)
         }
-        Some(other) => Err(ApiError::invalid(field, format!("`{field}` must be a string or an array of content parts, not {}", type_name(other)))),
-    }
-}
-
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+        Some(other) => Err(ApiError::invalid(field, format!("`{field}` must be a string or an array of content parts, not {}", json_kind(other)))),
     }
 }
 

@@ -160,7 +160,7 @@ impl ToolRegistry {
         };
         args = unwrap_arguments(args);
         if !args.is_object() {
-            return Err(invalid(vec![format!("arguments must be a JSON object, got {}", kind(&args))]));
+            return Err(invalid(vec![format!("arguments must be a JSON object, got {}", json_kind(&args))]));
         }
         cast(&mut args, &entry.spec.parameters);
         let validator = entry
@@ -227,7 +227,9 @@ fn unwrap_arguments(args: Value) -> Value {
     }
 }
 
-fn kind(value: &Value) -> &'static str {
+/// What a JSON value is, for messages: "a string", "an array", … (the
+/// gateway's request validation words its errors the same way).
+pub fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
