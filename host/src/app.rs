@@ -126,6 +126,11 @@ impl App {
         let idle_after = std::time::Duration::from_secs(agent.idle_compact_after_minutes.saturating_mul(60));
         let auto_compact = AutoCompact::new(provider.clone(), agent.model.clone(), archive, idle_after, Arc::new(SystemClock))
             .with_limits(SummaryLimits::from_config(agent));
+        // The privileged interfaces (the `message` tool, ...) act on this
+        // agent: its bus and its running turns.
+        let active = Arc::new(crate::agent::active::ActiveTurns::default());
+        let services = crate::agent::services::AgentServices::new(bus.clone(), active.clone(), self.workspace.clone());
+        self.runtime.set_services(Arc::new(services));
         AgentCore {
             consolidator,
             auto_compact,
@@ -138,7 +143,7 @@ impl App {
             bus,
             hooks,
             started_at: std::time::Instant::now(),
-            active: Default::default(),
+            active,
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
@@ -17,9 +18,35 @@ pub struct ActiveTurn {
     pub cancel: CancellationToken,
     /// When the turn started.
     pub started: Instant,
+    /// How many messages had been injected when a plugin last sent to this
+    /// turn's own chat (`messaging`), plus one; 0 = no such send.
+    sent_at: AtomicUsize,
 }
 
-/// Running turns by session key.
+impl ActiveTurn {
+    /// A turn starting now, with `pending` as its queue.
+    pub fn new(pending: Arc<PendingQueue>) -> Self {
+        ActiveTurn { pending, cancel: CancellationToken::new(), started: Instant::now(), sent_at: AtomicUsize::new(0) }
+    }
+
+    /// A message went to this turn's chat through the `message` tool.
+    pub fn note_sent_to_chat(&self) {
+        self.sent_at.store(self.pending.drained() + 1, Ordering::SeqCst);
+    }
+
+    /// The RESPOND rule: the turn's final reply is dropped when the
+    /// `message` tool already answered this chat and nothing was injected
+    /// into the turn after that send (a later message from the user deserves
+    /// its own answer).
+    pub fn reply_suppressed(&self) -> bool {
+        let sent_at = self.sent_at.load(Ordering::SeqCst);
+        sent_at != 0 && sent_at == self.pending.drained() + 1
+    }
+}
+
+/// Running turns by session key. Shared (behind an `Arc`) by the loop and
+/// the privileged interfaces, which mark a turn when a plugin sends to its
+/// chat.
 #[derive(Default)]
 pub struct ActiveTurns {
     turns: Mutex<HashMap<String, Arc<ActiveTurn>>>,

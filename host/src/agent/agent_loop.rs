@@ -13,11 +13,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 
 use super::active::ActiveTurn;
 use super::commands::{self, Command, Parsed};
@@ -274,11 +273,7 @@ impl AgentLoop {
             Some(s) => Some(s.clone().acquire_owned().await.expect("the semaphore is never closed")),
             None => None,
         };
-        let active = Arc::new(ActiveTurn {
-            pending: Arc::new(PendingQueue::new(self.core.settings.pending_queue_size.max(1))),
-            cancel: CancellationToken::new(),
-            started: Instant::now(),
-        });
+        let active = Arc::new(ActiveTurn::new(Arc::new(PendingQueue::new(self.core.settings.pending_queue_size.max(1)))));
         self.core.active.insert(&key, active.clone());
         let mut ctx = TurnContext::new(message);
         ctx.pending = Some(active.pending.clone());

@@ -37,7 +37,7 @@ pub struct AgentCore {
     /// For `/status`.
     pub started_at: Instant,
     /// Turns running now, by session.
-    pub active: ActiveTurns,
+    pub active: Arc<ActiveTurns>,
     /// Token consolidation (before BUILD, and in the background after SAVE).
     pub consolidator: Consolidator,
     /// Idle compaction, scanned from `AgentLoop::run`.

@@ -11,6 +11,7 @@ pub mod context;
 pub mod core;
 pub mod pending;
 pub mod runner;
+pub mod services;
 pub mod skills;
 pub mod turn;
 

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::runner::InjectionSource;
 use crate::bus::InboundMessage;
@@ -13,12 +14,14 @@ use crate::session::Message;
 pub struct PendingQueue {
     queue: Mutex<VecDeque<InboundMessage>>,
     capacity: usize,
+    /// Messages injected into the run so far.
+    drained: AtomicUsize,
 }
 
 impl PendingQueue {
     /// An empty queue holding at most `capacity` messages.
     pub fn new(capacity: usize) -> Self {
-        PendingQueue { queue: Mutex::new(VecDeque::new()), capacity }
+        PendingQueue { queue: Mutex::new(VecDeque::new()), capacity, drained: AtomicUsize::new(0) }
     }
 
     /// Queues `message`; gives it back when the queue is full.
@@ -34,6 +37,11 @@ impl PendingQueue {
     /// Takes everything still queued (re-published when the turn ends).
     pub fn take_all(&self) -> Vec<InboundMessage> {
         self.queue.lock().expect("pending lock").drain(..).collect()
+    }
+
+    /// How many messages the run has taken from the queue (injected).
+    pub fn drained(&self) -> usize {
+        self.drained.load(Ordering::SeqCst)
     }
 
     /// Messages waiting.
@@ -76,6 +84,7 @@ impl InjectionSource for PendingQueue {
     fn drain(&self, max: usize) -> Vec<Message> {
         let mut queue = self.queue.lock().expect("pending lock");
         let n = queue.len().min(max);
+        self.drained.fetch_add(n, Ordering::SeqCst);
         queue.drain(..n).map(|m| user_message(&m)).collect()
     }
 }

@@ -9,6 +9,7 @@
 use std::net::IpAddr;
 
 use super::manifest::{Capabilities, WorkspaceAccess};
+use super::services::HostInterface;
 
 /// What the user's config says about one plugin (`[plugins.<name>]`).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
@@ -20,6 +21,13 @@ pub struct GrantConfig {
     /// Hosts granted for outgoing HTTP.
     #[serde(default)]
     pub network: Vec<String>,
+    /// Privileged host interfaces granted (`messaging`, ...).
+    #[serde(default)]
+    pub host: Vec<String>,
+    /// Chats other than the current one the plugin may send to through
+    /// `messaging`: `"channel:chat"`, `"channel:*"` or `"*"`.
+    #[serde(default)]
+    pub chats: Vec<String>,
     /// Set to `false` to keep the plugin from loading at all.
     #[serde(default = "default_true")]
     pub enabled: bool,
@@ -32,7 +40,7 @@ fn default_true() -> bool {
 impl Default for GrantConfig {
     /// Nothing granted; the plugin loads.
     fn default() -> Self {
-        GrantConfig { workspace: WorkspaceAccess::None, network: Vec::new(), enabled: true }
+        GrantConfig { workspace: WorkspaceAccess::None, network: Vec::new(), host: Vec::new(), chats: Vec::new(), enabled: true }
     }
 }
 
@@ -43,6 +51,10 @@ pub struct Grant {
     pub workspace: WorkspaceAccess,
     /// Hosts the plugin may reach over `wasi:http`.
     pub network: Vec<HostPattern>,
+    /// Privileged host interfaces it may call.
+    pub host: Vec<HostInterface>,
+    /// Other chats `messaging` may send to (only with `messaging` granted).
+    pub chats: Vec<String>,
 }
 
 impl Grant {
@@ -70,7 +82,20 @@ impl Grant {
                 ));
             }
         }
-        (Grant { workspace, network }, notes)
+        let mut host = Vec::new();
+        for name in &asked.host {
+            let Ok(interface) = HostInterface::parse(name) else { continue };
+            if config.host.iter().any(|g| g == name) {
+                host.push(interface);
+            } else {
+                notes.push(format!(
+                    "asks for host interface `{name}` ({}), not granted (add \"{name}\" to `host` under [plugins.{plugin}] to allow it)",
+                    interface.describe()
+                ));
+            }
+        }
+        let chats = if host.contains(&HostInterface::Messaging) { config.chats.clone() } else { Vec::new() };
+        (Grant { workspace, network, host, chats }, notes)
     }
 
     /// Finds the granted pattern that admits `host:port`, if any.

@@ -81,7 +81,7 @@ pub struct Capabilities {
     /// Hosts (`host` or `host:port`) reachable through `wasi:http`.
     #[serde(default)]
     pub network: Vec<String>,
-    /// Privileged host interfaces. None exist in `chitin:plugin@0.1.0`.
+    /// Privileged host interfaces (`messaging`, ...; see `plugins::services`).
     #[serde(default)]
     pub host: Vec<String>,
 }
@@ -251,11 +251,13 @@ impl Manifest {
             super::grants::HostPattern::parse(host)
                 .map_err(|e| ManifestError::new(format!("capabilities.network[{i}]"), e))?;
         }
-        if let Some(name) = self.capabilities.host.first() {
-            return Err(ManifestError::new(
-                "capabilities.host[0]",
-                format!("unknown host interface `{name}` (chitin:plugin@0.1.0 and 0.2.0 have no privileged interfaces)"),
-            ));
+        let mut interfaces = std::collections::HashSet::new();
+        for (i, name) in self.capabilities.host.iter().enumerate() {
+            let field = format!("capabilities.host[{i}]");
+            let interface = super::services::HostInterface::parse(name).map_err(|e| ManifestError::new(&field, e))?;
+            if !interfaces.insert(interface) {
+                return Err(ManifestError::new(field, format!("`{name}` is listed twice")));
+            }
         }
         if let Some(channel) = &self.channel {
             channel.validate(&self.capabilities)?;

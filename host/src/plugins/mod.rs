@@ -7,6 +7,8 @@
 //! - [`limits`]: per-call resource caps;
 //! - [`engine`] and [`cache`]: the shared engine and compiled-component cache;
 //! - [`sandbox`] and [`http`]: the per-call store, WASI context and HTTP policy;
+//! - [`services`]: the privileged host interfaces (`messaging`, ...) and the
+//!   seam the agent serves them through;
 //! - [`world`] and [`bindings`]: which world a component implements, and the
 //!   bindings of each package version, side by side;
 //! - [`runtime`]: loading and preparing, the per-call store and failures;
@@ -29,6 +31,7 @@ pub mod manifest;
 pub mod runtime;
 pub mod sandbox;
 pub mod secrets;
+pub mod services;
 pub mod tool;
 pub mod world;
 
@@ -39,3 +42,4 @@ pub use limits::Limits;
 pub use manifest::{Manifest, ToolSpec, WorkspaceAccess};
 pub use runtime::{CallContext, LoadedPlugin, PluginRuntime, PluginSource, RuntimeConfig};
 pub use sandbox::ProgressSink;
+pub use services::{Delivery, HostInterface, HostServices, SendRequest};

@@ -124,6 +124,8 @@ pub struct PluginRuntime {
     limits: Limits,
     isolation: Isolation,
     slots: Semaphore,
+    /// The agent behind the privileged interfaces, once it exists.
+    services: std::sync::RwLock<Option<Arc<dyn super::services::HostServices>>>,
     _ticker: EpochTicker,
 }
 
@@ -140,6 +142,7 @@ impl PluginRuntime {
             workspace: config.workspace,
             limits: config.limits,
             isolation: Isolation::InProcess,
+            services: std::sync::RwLock::new(None),
             engine,
             linker,
         })
@@ -151,6 +154,14 @@ impl PluginRuntime {
     pub fn with_compile_child(mut self, program: PathBuf) -> Self {
         self.isolation = Isolation::Child(program);
         self
+    }
+
+    /// Installs the agent that serves the privileged interfaces, when the
+    /// agent is built (the latest one wins). Until then, and in a runtime
+    /// without an agent, granted calls fail with
+    /// [`super::services::NO_SERVICES`].
+    pub fn set_services(&self, services: Arc<dyn super::services::HostServices>) {
+        *self.services.write().expect("services lock") = Some(services);
     }
 
     /// The workspace preopened for granted plugins.
@@ -236,7 +247,14 @@ impl PluginRuntime {
     /// A fresh store for one call to `plugin`: its sandbox, the memory and
     /// table limiter, and the epoch deadline of `[limits] timeout_ms`.
     pub(super) fn new_store(&self, plugin: &LoadedPlugin, progress: Option<ProgressSink>, read_only: bool) -> Result<Store<StoreState>, PluginError> {
-        let state = StoreState::new(&plugin.name, &plugin.grant, &self.workspace, &self.limits, progress, read_only, plugin.outbound.get().cloned())?;
+        let mut state = StoreState::new(&plugin.name, &plugin.grant, &self.workspace, &self.limits, progress, read_only, plugin.outbound.get().cloned())?;
+        state.privileged = sandbox::Privileged {
+            asked: plugin.manifest.capabilities.host.iter().filter_map(|n| super::services::HostInterface::parse(n).ok()).collect(),
+            granted: plugin.grant.host.clone(),
+            chats: plugin.grant.chats.clone(),
+            services: self.services.read().expect("services lock").clone(),
+            call: None,
+        };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let deadline = Instant::now() + self.limits.timeout();

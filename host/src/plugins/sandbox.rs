@@ -39,6 +39,8 @@ use super::grants::Grant;
 use super::http::HttpPolicy;
 use super::limits::{CallLimiter, Limits};
 use super::manifest::WorkspaceAccess;
+use super::services::{self, HostInterface, HostServices, SendRequest};
+use super::tool::CallContext;
 
 /// Receives the progress texts a plugin reports during a call.
 pub type ProgressSink = Arc<dyn Fn(&str) + Send + Sync>;
@@ -70,8 +72,26 @@ pub struct StoreState {
     /// Enforces the memory and table caps.
     pub limiter: CallLimiter,
     host: HostState,
+    /// The privileged interfaces: what was granted, and who serves them.
+    pub privileged: Privileged,
     /// The guest's stderr, for panic messages.
     pub stderr: CapturedOutput,
+}
+
+/// State of the privileged interfaces for one call
+/// ([`super::services`]): each call checks the grant first.
+#[derive(Default)]
+pub struct Privileged {
+    /// What the manifest asked for.
+    pub asked: Vec<HostInterface>,
+    /// What the plugin was granted (a subset of `asked`).
+    pub granted: Vec<HostInterface>,
+    /// Other chats `messaging` may reach.
+    pub chats: Vec<String>,
+    /// The agent behind the interfaces; `None` outside an agent.
+    pub services: Option<Arc<dyn HostServices>>,
+    /// The conversation of the tool call, set by the host.
+    pub call: Option<CallContext>,
 }
 
 /// State of the `chitin:plugin/host` interface for one call.
@@ -155,6 +175,7 @@ impl StoreState {
                 progress_budget: Budget::new(PROGRESS_PER_CALL, PROGRESS_BYTES_PER_CALL),
                 last_progress: None,
             },
+            privileged: Privileged::default(),
             stderr,
         })
     }
@@ -257,6 +278,36 @@ impl v0_2::tool::chitin::plugin::host::Host for StoreState {
     }
 }
 
+impl StoreState {
+    /// The services for a call to `interface`, or the refusal to give the
+    /// guest: not granted, or no agent behind the call.
+    fn privileged_call(&self, interface: HostInterface) -> Result<(Arc<dyn HostServices>, &CallContext), String> {
+        let p = &self.privileged;
+        if !p.granted.contains(&interface) {
+            tracing::warn!(plugin = &*self.host.plugin, %interface, "privileged call refused: not granted");
+            return Err(services::not_granted(&self.host.plugin, interface, p.asked.contains(&interface)));
+        }
+        match (&p.services, &p.call) {
+            (Some(services), Some(call)) => Ok((services.clone(), call)),
+            _ => Err(format!("{interface}: {}", services::NO_SERVICES)),
+        }
+    }
+}
+
+impl v0_2::messaging::Host for StoreState {
+    fn send(&mut self, message: v0_2::messaging::Message) -> Result<v0_2::messaging::Delivery, String> {
+        let (services, call) = self.privileged_call(HostInterface::Messaging)?;
+        let request = SendRequest { text: message.text, channel: message.channel, chat_id: message.chat_id, media: message.media };
+        let delivery = services.send_message(call, &self.privileged.chats, request)?;
+        Ok(v0_2::messaging::Delivery {
+            channel: delivery.channel,
+            chat_id: delivery.chat_id,
+            current_chat: delivery.current_chat,
+            attachments: delivery.attachments.len() as u32,
+        })
+    }
+}
+
 /// Adds every interface a plugin may import to `linker`: WASI p2 (with the
 /// deny-by-default context above), `wasi:http` (policy in [`HttpPolicy`]),
 /// and `chitin:plugin/host` of 0.1.0 and 0.2.0 side by side (a 0.x minor is
@@ -269,6 +320,8 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
     v0_1::chitin::plugin::host::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
     v0_2::tool::chitin::plugin::host::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
+    // Privileged interfaces: linked for all, each call checks the grant.
+    v0_2::messaging::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
     guard_open_at(linker)
 }
 

@@ -43,6 +43,7 @@ impl PluginRuntime {
         let _slot = self.slot().await;
         let read_only = plugin.manifest.tools.iter().any(|t| t.name == tool && t.read_only);
         let mut store = self.new_store(plugin, progress, read_only)?;
+        store.data_mut().privileged.call = Some(ctx.clone());
         // Host calls (a sleeping guest, a slow HTTP response) do not advance
         // epochs, so the whole call also runs under a wall-clock timeout.
         let run = async {

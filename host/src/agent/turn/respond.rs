@@ -1,5 +1,6 @@
 //! RESPOND: the reply as an `OutboundMessage`, with the user-perceived
-//! latency; nothing when a `message` tool already answered this chat.
+//! latency; nothing when a `message` tool already answered this chat and
+//! the user said nothing more since (see `ActiveTurn::reply_suppressed`).
 
 use serde_json::Value;
 
@@ -7,8 +8,10 @@ use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::core::AgentCore;
 use crate::bus::{OutboundKind, OutboundMessage};
 
-pub async fn run(_core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
-    if ctx.sent_to_chat && !ctx.had_injections {
+pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+    // The `message` tool marks the running turn (agent::services).
+    ctx.sent_to_chat = core.active.get(&ctx.session_key).is_some_and(|turn| turn.reply_suppressed());
+    if ctx.sent_to_chat {
         return Ok(TurnEvent::Ok);
     }
     let text = ctx.final_content.clone().unwrap_or_default();

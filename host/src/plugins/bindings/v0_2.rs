@@ -25,6 +25,24 @@ pub mod channel {
     });
 }
 
+/// The `agent-plugin` world: `tool-plugin` plus the privileged interfaces
+/// (`privileged.wit`). Only its imports are used: such a component exports
+/// the same `tool` interface and runs as a 0.2.0 tool plugin; the host
+/// links the privileged interfaces for every tool plugin and checks the
+/// grant on each call.
+pub mod agent {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.2",
+        world: "agent-plugin",
+        exports: { default: async },
+        with: {
+            "chitin:plugin/host": super::tool::chitin::plugin::host,
+            "chitin:plugin/types": super::tool::chitin::plugin::types,
+        },
+    });
+}
+
+pub use self::agent::chitin::plugin::messaging;
 pub use self::channel::exports::chitin::plugin::channel as wit;
 pub use self::tool::chitin::plugin::host::LogLevel;
 pub use self::tool::chitin::plugin::types::{CallContext as WitCallContext, ToolError as WitToolError};

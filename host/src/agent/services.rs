@@ -1,0 +1,183 @@
+//! The agent's side of the privileged host interfaces
+//! ([`crate::plugins::services`]): what a granted plugin call may ask of
+//! the running agent.
+//!
+//! `messaging.send` (the `message` tool): the message becomes an ordinary
+//! outbound reply on the bus, so the gateway's router hands it to the
+//! channel's queue (retries, rate limit, splitting) and the CLI prints it.
+//! A send to the conversation the call belongs to is noted on its
+//! [`ActiveTurn`]; RESPOND then drops the turn's own final reply unless the
+//! user said something more after the send (the seed's RESPOND rule).
+//!
+//! Everything in a request is the model's: the target, the text and the
+//! attachment paths are checked here (the chat against the grant, the files
+//! through the [`Workspace`] handle: inside, regular, capped).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::active::ActiveTurns;
+use crate::bus::{MessageBus, OutboundMessage, SYSTEM_CHANNEL};
+use crate::plugins::services::{Delivery, HostServices, SendRequest, chat_allowed};
+use crate::plugins::CallContext;
+use crate::workspace::Workspace;
+
+/// Longest text one `message` call may send, in bytes (a channel splits it
+/// to its platform's limit; this only keeps a runaway model in check).
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// Files one message may carry.
+pub const MAX_ATTACHMENTS: usize = 10;
+
+/// Largest attachment, in bytes.
+pub const MAX_ATTACHMENT_BYTES: u64 = 50 << 20;
+
+/// Metadata key (internal) marking an outbound message sent by a plugin
+/// through `messaging`, not the turn's own reply.
+pub const VIA_MESSAGE_TOOL: &str = "_via_message_tool";
+
+/// Serves the privileged interfaces for one agent.
+pub struct AgentServices {
+    bus: Arc<MessageBus>,
+    active: Arc<ActiveTurns>,
+    workspace: Workspace,
+}
+
+impl AgentServices {
+    pub fn new(bus: Arc<MessageBus>, active: Arc<ActiveTurns>, workspace: Workspace) -> Self {
+        AgentServices { bus, active, workspace }
+    }
+
+    /// The checked attachment: `rel` inside the workspace, a regular file
+    /// within [`MAX_ATTACHMENT_BYTES`].
+    fn attachment(&self, rel: &str) -> Result<PathBuf, String> {
+        let shown = crate::text::clip_for_terminal(rel, 200, "path");
+        let path = Path::new(rel);
+        if path.is_absolute() {
+            return Err(format!("attachment `{shown}`: give a path relative to the workspace"));
+        }
+        match self.workspace.file_metadata(path) {
+            Ok(Some(meta)) if meta.len() > MAX_ATTACHMENT_BYTES => {
+                Err(format!("attachment `{shown}` is {} MiB; the limit is {} MiB", meta.len() >> 20, MAX_ATTACHMENT_BYTES >> 20))
+            }
+            Ok(Some(_)) => Ok(self.workspace.root().join(path)),
+            Ok(None) => Err(format!("attachment `{shown}` does not exist in the workspace")),
+            Err(e) => Err(format!("attachment `{shown}`: {e}")),
+        }
+    }
+}
+
+impl HostServices for AgentServices {
+    fn send_message(&self, call: &CallContext, chats: &[String], request: SendRequest) -> Result<Delivery, String> {
+        let channel = request.channel.filter(|c| !c.is_empty()).unwrap_or_else(|| call.channel.clone());
+        let chat_id = match request.chat_id.filter(|c| !c.is_empty()) {
+            Some(chat) => chat,
+            None if channel == call.channel => call.chat_id.clone(),
+            None => return Err(format!("no chat_id given for channel `{}`: name the chat to send to", crate::text::clip_for_terminal(&channel, 64, "channel"))),
+        };
+        let current_chat = channel == call.channel && chat_id == call.chat_id;
+        let target = crate::text::clip_for_terminal(&format!("{channel}:{chat_id}"), 200, "target");
+        if channel == SYSTEM_CHANNEL {
+            return Err("the `system` channel is reserved for internal messages".into());
+        }
+        if !current_chat && !chat_allowed(chats, &channel, &chat_id) {
+            return Err(format!(
+                "not allowed to send to {target}: only the current chat ({}:{}) unless the user lists the chat in `chats` of the plugin's [plugins.<name>] table",
+                call.channel, call.chat_id
+            ));
+        }
+        if request.text.trim().is_empty() && request.media.is_empty() {
+            return Err("nothing to send: give content or media".into());
+        }
+        if request.text.len() > MAX_MESSAGE_BYTES {
+            return Err(format!("the message is {} bytes; the limit is {MAX_MESSAGE_BYTES}: send a shorter one or a file", request.text.len()));
+        }
+        if request.media.len() > MAX_ATTACHMENTS {
+            return Err(format!("{} attachments; at most {MAX_ATTACHMENTS} per message", request.media.len()));
+        }
+        let attachments = request.media.iter().map(|rel| self.attachment(rel)).collect::<Result<Vec<_>, _>>()?;
+        let mut message = OutboundMessage::reply(&channel, &chat_id, request.text);
+        message.media = attachments.clone();
+        message.metadata.insert(VIA_MESSAGE_TOOL.into(), serde_json::Value::Bool(true));
+        if current_chat && let Some(turn) = self.active.get(&call.session_key) {
+            turn.note_sent_to_chat();
+        }
+        self.bus.publish_outbound(message);
+        tracing::info!(session = %call.session_key, %target, attachments = attachments.len(), "message tool: message queued");
+        Ok(Delivery { channel, chat_id, current_chat, attachments })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::active::ActiveTurn;
+    use crate::agent::pending::PendingQueue;
+    use crate::bus::InboundMessage;
+
+    fn call() -> CallContext {
+        CallContext { session_key: "telegram:1".into(), channel: "telegram".into(), chat_id: "1".into(), call_id: "c".into() }
+    }
+
+    fn services() -> (tempfile::TempDir, Arc<MessageBus>, Arc<ActiveTurns>, AgentServices) {
+        let dir = tempfile::tempdir().unwrap();
+        let bus = Arc::new(MessageBus::new());
+        let active = Arc::new(ActiveTurns::default());
+        let services = AgentServices::new(bus.clone(), active.clone(), Workspace::open(dir.path()).unwrap());
+        (dir, bus, active, services)
+    }
+
+    fn send(text: &str) -> SendRequest {
+        SendRequest { text: text.into(), channel: None, chat_id: None, media: vec![] }
+    }
+
+    #[tokio::test]
+    async fn a_send_to_the_current_chat_is_queued_and_noted_on_the_turn() {
+        let (_dir, bus, active, services) = services();
+        let turn = Arc::new(ActiveTurn::new(Arc::new(PendingQueue::new(4))));
+        active.insert("telegram:1", turn.clone());
+        let delivery = services.send_message(&call(), &[], send("hello")).unwrap();
+        assert!(delivery.current_chat);
+        assert!(turn.reply_suppressed());
+        let out = bus.consume_outbound().await.unwrap();
+        assert_eq!((out.channel.as_str(), out.chat_id.as_str(), out.content.as_str()), ("telegram", "1", "hello"));
+        assert_eq!(out.metadata[VIA_MESSAGE_TOOL], true);
+
+        // Something injected after the send lifts the suppression.
+        turn.pending.try_push(InboundMessage::new("telegram", "u", "1", "and also?")).unwrap();
+        use crate::agent::runner::InjectionSource;
+        assert_eq!(turn.pending.drain(3).len(), 1);
+        assert!(!turn.reply_suppressed());
+    }
+
+    #[test]
+    fn other_chats_need_the_grant_and_the_system_channel_is_refused() {
+        let (_dir, _bus, _active, services) = services();
+        let to = |channel: &str, chat: &str| SendRequest { channel: Some(channel.into()), chat_id: Some(chat.into()), ..send("x") };
+        let e = services.send_message(&call(), &[], to("telegram", "2")).unwrap_err();
+        assert!(e.contains("not allowed to send to telegram:2") && e.contains("chats"), "{e}");
+        let ok = services.send_message(&call(), &["telegram:*".into()], to("telegram", "2")).unwrap();
+        assert!(!ok.current_chat);
+        assert!(services.send_message(&call(), &["*".into()], to("system", "x")).unwrap_err().contains("reserved"));
+        let e = services.send_message(&call(), &["*".into()], SendRequest { channel: Some("web".into()), ..send("x") }).unwrap_err();
+        assert!(e.contains("no chat_id"), "{e}");
+        assert!(services.send_message(&call(), &[], send("  ")).unwrap_err().contains("nothing to send"));
+    }
+
+    #[test]
+    fn attachments_must_be_regular_files_inside_the_workspace() {
+        let (dir, _bus, _active, services) = services();
+        std::fs::write(dir.path().join("report.txt"), "r").unwrap();
+        let with = |paths: &[&str]| SendRequest { media: paths.iter().map(|p| p.to_string()).collect(), ..send("see") };
+        let ok = services.send_message(&call(), &[], with(&["report.txt"])).unwrap();
+        assert_eq!(ok.attachments, [dir.path().join("report.txt")]);
+        for (path, expect) in [("/etc/passwd", "relative"), ("../x", "attachment"), ("missing.txt", "does not exist"), (".", "attachment")] {
+            let e = services.send_message(&call(), &[], with(&[path])).unwrap_err();
+            assert!(e.contains(expect), "{path}: {e}");
+        }
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("link")).unwrap();
+        assert!(services.send_message(&call(), &[], with(&["link"])).is_err(), "a link out of the workspace is refused");
+    }
+}

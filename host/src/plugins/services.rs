@@ -1,0 +1,143 @@
+//! Privileged host interfaces (`wit/v0.2/privileged.wit`): what a plugin
+//! may ask of the agent itself (send a message, ...), beyond the sandbox.
+//!
+//! Two keys open one: the plugin's manifest asks (`capabilities.host`) and
+//! the user's config grants (`host = [...]` under `[plugins.<name>]`); the
+//! grant is the lesser of the two ([`super::grants`]). The interfaces are
+//! linked for every 0.2.0 tool plugin, so a component that imports one
+//! without the grant still instantiates, and each call is refused with a
+//! message naming the config key ([`not_granted`]).
+//!
+//! The plugin layer knows no bus, session or channel: it hands each call to
+//! a [`HostServices`] the agent installs on the runtime, together with the
+//! call's [`CallContext`] (which conversation the tool call belongs to, set
+//! by the host, never by the plugin). Without services (`chitin tool call`,
+//! a test runtime) a granted call fails with [`NO_SERVICES`].
+
+use std::fmt;
+use std::path::PathBuf;
+
+use super::tool::CallContext;
+
+/// A privileged interface a manifest may name in `capabilities.host`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HostInterface {
+    /// `chitin:plugin/messaging`: send text and files to chats.
+    Messaging,
+}
+
+impl HostInterface {
+    /// Every interface this host implements.
+    pub const ALL: [HostInterface; 1] = [HostInterface::Messaging];
+
+    /// The name used in manifests and config.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostInterface::Messaging => "messaging",
+        }
+    }
+
+    /// What it lets a plugin do, in words (for `chitin plugin inspect`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            HostInterface::Messaging => "send messages and workspace files to the current chat (and to chats listed in `chats`)",
+        }
+    }
+
+    /// The interface called `name`.
+    pub fn parse(name: &str) -> Result<HostInterface, String> {
+        HostInterface::ALL.into_iter().find(|i| i.name() == name).ok_or_else(|| {
+            let known: Vec<&str> = HostInterface::ALL.iter().map(|i| i.name()).collect();
+            format!("unknown host interface `{name}` (this host has: {})", known.join(", "))
+        })
+    }
+}
+
+impl fmt::Display for HostInterface {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The refusal of a call to an interface the plugin was not granted.
+pub fn not_granted(plugin: &str, interface: HostInterface, asked: bool) -> String {
+    if asked {
+        format!("capability not granted: {interface} (the user grants it with `host = [\"{interface}\"]` under [plugins.{plugin}])")
+    } else {
+        format!("capability not granted: {interface} (plugin `{plugin}` does not declare it in its manifest's capabilities.host)")
+    }
+}
+
+/// The refusal of a granted call where no agent runs (`chitin tool call`).
+pub const NO_SERVICES: &str = "not available here: this call does not run inside an agent turn (no chat to send to)";
+
+/// A message a plugin asks to send (`messaging.send`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendRequest {
+    pub text: String,
+    /// `None`: the current conversation's channel.
+    pub channel: Option<String>,
+    /// `None`: the current chat.
+    pub chat_id: Option<String>,
+    /// Workspace-relative paths, unchecked.
+    pub media: Vec<String>,
+}
+
+/// Where a message went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub channel: String,
+    pub chat_id: String,
+    pub current_chat: bool,
+    /// The checked files, as the host will read them.
+    pub attachments: Vec<PathBuf>,
+}
+
+/// What the agent does for the privileged interfaces. Errors are text for
+/// the model: they say what was refused and what to change.
+pub trait HostServices: Send + Sync {
+    /// `messaging.send` from a plugin call in conversation `call`. `chats`
+    /// is the plugin's grant of other chats (`channel:chat` or `channel:*`).
+    fn send_message(&self, call: &CallContext, chats: &[String], request: SendRequest) -> Result<Delivery, String>;
+}
+
+/// Whether `channel:chat` is admitted by one of `patterns` (`channel:chat`,
+/// `channel:*`, or `*`).
+pub fn chat_allowed(patterns: &[String], channel: &str, chat: &str) -> bool {
+    patterns.iter().any(|p| match p.split_once(':') {
+        _ if p == "*" => true,
+        Some((c, "*")) => c == channel,
+        Some((c, id)) => c == channel && id == chat,
+        None => false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interfaces_parse_by_name_and_unknown_ones_list_the_known() {
+        assert_eq!(HostInterface::parse("messaging"), Ok(HostInterface::Messaging));
+        let e = HostInterface::parse("shell").unwrap_err();
+        assert!(e.contains("unknown host interface `shell`") && e.contains("messaging"), "{e}");
+    }
+
+    #[test]
+    fn chat_patterns_admit_what_they_name() {
+        let p = vec!["telegram:*".to_string(), "web:42".to_string()];
+        assert!(chat_allowed(&p, "telegram", "1"));
+        assert!(chat_allowed(&p, "web", "42"));
+        assert!(!chat_allowed(&p, "web", "43"));
+        assert!(!chat_allowed(&p, "slack", "1"));
+        assert!(chat_allowed(&["*".to_string()], "slack", "1"));
+        assert!(!chat_allowed(&[], "telegram", "1"));
+    }
+
+    #[test]
+    fn refusals_name_the_config_key_or_the_manifest() {
+        let granted_not = not_granted("agent", HostInterface::Messaging, true);
+        assert!(granted_not.starts_with("capability not granted: messaging") && granted_not.contains("[plugins.agent]"), "{granted_not}");
+        assert!(not_granted("x", HostInterface::Messaging, false).contains("capabilities.host"));
+    }
+}
