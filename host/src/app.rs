@@ -129,8 +129,8 @@ impl App {
         // The privileged interfaces (the `message` tool, ...) act on this
         // agent: its bus and its running turns.
         let active = Arc::new(crate::agent::active::ActiveTurns::default());
-        let services = crate::agent::services::AgentServices::new(bus.clone(), active.clone(), self.workspace.clone());
-        self.runtime.set_services(Arc::new(services));
+        let services = Arc::new(crate::agent::services::AgentServices::new(bus.clone(), active.clone(), self.workspace.clone()));
+        self.runtime.set_services(services.clone());
         AgentCore {
             consolidator,
             auto_compact,
@@ -144,6 +144,7 @@ impl App {
             hooks,
             started_at: std::time::Instant::now(),
             active,
+            services,
         }
     }
 }

@@ -411,3 +411,33 @@ fn a_second_gateway_on_the_same_channel_stops_with_already_running() {
     first.terminate();
     assert_eq!(mock.request_count(), 1);
 }
+
+/// The `message` tool from a Telegram chat: the send goes out through the
+/// channel's queue (rendered, token filled in by the host) and the turn's
+/// own final reply is not sent after it.
+#[test]
+fn the_message_tool_answers_a_telegram_chat_through_the_channel_queue() {
+    let tg_token = "515151:SECRET-msg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "send me the status"));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("message", serde_json::json!({"content": "Status: **all good**"}).to_string()),
+        MockReply::text("I sent the status."),
+    ]);
+    std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the model's second request", || mock.request_count() >= 2);
+    gw.wait_for("the message sent to the chat", || !telegram.sent_messages().is_empty());
+    // Give a (wrong) second send time to happen before looking.
+    std::thread::sleep(Duration::from_millis(700));
+    let err = gw.terminate();
+    let sent = telegram.sent_messages();
+    assert_eq!(sent.len(), 1, "only the message tool's send: {sent:?}");
+    assert_eq!(sent[0].chat_id, 777);
+    assert!(sent[0].text.contains("<b>all good</b>"), "{:?}", sent[0].text);
+    let result = mock.requests()[1]["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap()["content"].clone();
+    assert_eq!(result, "Message sent to telegram:777");
+    assert!(!err.contains(tg_token));
+}

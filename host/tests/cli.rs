@@ -186,3 +186,28 @@ fn a_channel_plugin_is_inspected_installed_and_listed_with_its_world() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("read_file"), "{}", stdout(&out));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_message_tool_prints_in_the_cli_and_replaces_the_reply() {
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("message", r#"{"content":"Here you go: \u001b[31mred"}"#),
+        MockReply::text("Sent it above."),
+    ]);
+    let home = tempfile::tempdir().unwrap();
+    let out = run(chitin(home.path(), &["agent", "-m", "send it"]).env("OPENAI_BASE_URL", mock.base_url()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "Here you go: \\x1b[31mred", "the send is printed, escaped, and the final reply is not repeated");
+    let result = mock.requests()[1]["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap()["content"].clone();
+    assert_eq!(result, "Message sent to cli:direct");
+
+    // Another channel cannot be reached from the CLI: the model is told so.
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("message", r#"{"content":"hi","channel":"telegram","chat_id":"1"}"#),
+        MockReply::text("No gateway."),
+    ]);
+    std::fs::write(home.path().join("config.toml"), "[plugins.agent]\nhost = [\"messaging\"]\nchats = [\"*\"]\n").unwrap();
+    let out = run(chitin(home.path(), &["agent", "-m", "tell telegram"]).env("OPENAI_BASE_URL", mock.base_url()));
+    assert_eq!(stdout(&out).trim(), "No gateway.");
+    let result = mock.requests()[1]["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap()["content"].to_string();
+    assert!(result.contains("`telegram` is not running here") && result.contains("chitin gateway"), "{result}");
+}

@@ -38,6 +38,8 @@ pub struct AgentCore {
     pub started_at: Instant,
     /// Turns running now, by session.
     pub active: Arc<ActiveTurns>,
+    /// Serves the privileged plugin interfaces (the `message` tool).
+    pub services: Arc<super::services::AgentServices>,
     /// Token consolidation (before BUILD, and in the background after SAVE).
     pub consolidator: Consolidator,
     /// Idle compaction, scanned from `AgentLoop::run`.

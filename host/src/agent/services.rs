@@ -14,7 +14,7 @@
 //! through the [`Workspace`] handle: inside, regular, capped).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use super::active::ActiveTurns;
 use crate::bus::{MessageBus, OutboundMessage, SYSTEM_CHANNEL};
@@ -41,11 +41,20 @@ pub struct AgentServices {
     bus: Arc<MessageBus>,
     active: Arc<ActiveTurns>,
     workspace: Workspace,
+    /// The channels a message can reach in this process (`None`: any; the
+    /// CLI has only `cli`, the gateway its front ends and channels).
+    reachable: RwLock<Option<Vec<String>>>,
 }
 
 impl AgentServices {
     pub fn new(bus: Arc<MessageBus>, active: Arc<ActiveTurns>, workspace: Workspace) -> Self {
-        AgentServices { bus, active, workspace }
+        AgentServices { bus, active, workspace, reachable: RwLock::new(None) }
+    }
+
+    /// Only `channels` can be reached from here: a send to another is
+    /// refused instead of being queued for nobody.
+    pub fn set_reachable(&self, channels: Vec<String>) {
+        *self.reachable.write().expect("reachable lock") = Some(channels);
     }
 
     /// The checked attachment: `rel` inside the workspace, a regular file
@@ -84,6 +93,15 @@ impl HostServices for AgentServices {
             return Err(format!(
                 "not allowed to send to {target}: only the current chat ({}:{}) unless the user lists the chat in `chats` of the plugin's [plugins.<name>] table",
                 call.channel, call.chat_id
+            ));
+        }
+        if let Some(reachable) = &*self.reachable.read().expect("reachable lock")
+            && !reachable.contains(&channel)
+        {
+            return Err(format!(
+                "channel `{}` is not running here (reachable: {}); sending to it needs `chitin gateway` with that channel enabled",
+                crate::text::clip_for_terminal(&channel, 64, "channel"),
+                reachable.join(", ")
             ));
         }
         if request.text.trim().is_empty() && request.media.is_empty() {
@@ -162,6 +180,10 @@ mod tests {
         let e = services.send_message(&call(), &["*".into()], SendRequest { channel: Some("web".into()), ..send("x") }).unwrap_err();
         assert!(e.contains("no chat_id"), "{e}");
         assert!(services.send_message(&call(), &[], send("  ")).unwrap_err().contains("nothing to send"));
+        services.set_reachable(vec!["telegram".into()]);
+        let e = services.send_message(&call(), &["*".into()], to("web", "1")).unwrap_err();
+        assert!(e.contains("`web` is not running here") && e.contains("chitin gateway"), "{e}");
+        assert!(services.send_message(&call(), &["*".into()], to("telegram", "9")).is_ok());
     }
 
     #[test]

@@ -98,7 +98,10 @@ pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow:
     let app = super::open_app(data, options)?;
     let provider = app.provider()?;
     let progress = Progress::new();
-    let core = Arc::new(app.agent_core(provider, Arc::new(MessageBus::new()), vec![progress.clone()]));
+    let bus = Arc::new(MessageBus::new());
+    let core = Arc::new(app.agent_core(provider, bus.clone(), vec![progress.clone()]));
+    // Here the only chat is the terminal.
+    core.services.set_reachable(vec![args.session.split_once(':').map_or("cli", |(c, _)| c).to_string()]);
     let agent = AgentLoop::new(core);
     match args.message {
         Some(message) => one_shot(&agent, &progress, &message, &args.session).await,
@@ -106,11 +109,30 @@ pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow:
     }
 }
 
+/// Prints what plugins sent through `messaging` (the `message` tool) during
+/// the turn that just ended, before its reply: in the CLI the current chat
+/// is the terminal. The bus's other outbound events (progress) are dropped,
+/// so nothing piles up in the queue.
+fn print_sent_messages(bus: &MessageBus) -> std::io::Result<()> {
+    while let Some(event) = bus.try_consume_outbound() {
+        let via_tool = event.metadata.get(chitin::agent::services::VIA_MESSAGE_TOOL).is_some_and(|v| v == true);
+        if !via_tool || !matches!(event.kind, chitin::bus::OutboundKind::Message { .. }) {
+            continue;
+        }
+        outln!("{}", for_terminal(&event.content))?;
+        for path in &event.media {
+            outln!("[attachment: {}]", for_terminal(&path.display().to_string()))?;
+        }
+    }
+    Ok(())
+}
+
 async fn one_shot(agent: &AgentLoop, progress: &Progress, message: &str, session: &str) -> anyhow::Result<std::process::ExitCode> {
     progress.start();
     let outcome = agent.process_direct(message, session, None).await;
     progress.stop();
     agent.core().sessions.sync().context("syncing the session")?;
+    print_sent_messages(&agent.core().bus)?;
     print_outcome(outcome)
 }
 
@@ -166,6 +188,7 @@ async fn interactive(agent: &AgentLoop, progress: &Arc<Progress>, session: &str,
             }
         };
         progress.stop();
+        print_sent_messages(&agent.core().bus)?;
         match outcome {
             TurnOutcome::Done(ctx) => {
                 if let Some(reply) = ctx.outbound {

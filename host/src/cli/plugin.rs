@@ -130,6 +130,8 @@ fn describe(p: &LoadedPlugin) -> Value {
         "granted": {
             "workspace": p.grant.workspace,
             "network": p.grant.network.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "host": p.grant.host.iter().map(|i| i.name()).collect::<Vec<_>>(),
+            "chats": p.grant.chats,
         },
         "notes": p.grant_notes,
     })
@@ -152,6 +154,16 @@ fn print_plugin(p: &LoadedPlugin) -> std::io::Result<()> {
     let granted: Vec<String> = p.grant.network.iter().map(ToString::to_string).collect();
     let granted = if granted.is_empty() { "none".to_string() } else { granted.join(", ") };
     outln!("  network:   asks {}, granted {}", shown(&asked, 4096, "network"), shown(&granted, 4096, "network"))?;
+    // Privileged interfaces, each in words: what the plugin could do to the
+    // user's chats is the part a reviewer must not miss.
+    for name in &m.capabilities.host {
+        let Ok(interface) = chitin::plugins::HostInterface::parse(name) else { continue };
+        let verdict = if p.grant.host.contains(&interface) { "granted" } else { "NOT granted" };
+        outln!("  host:      asks {interface} ({}), {verdict}", interface.describe())?;
+    }
+    if !p.grant.chats.is_empty() {
+        outln!("  chats:     may also send to {}", shown(&p.grant.chats.join(", "), 4096, "chats"))?;
+    }
     for note in &p.grant_notes {
         outln!("  note: {}", shown(note, 1024, "note"))?;
     }

@@ -134,7 +134,12 @@ impl Gateway {
         let channels = channels(app)?;
         let provider = app.provider()?;
         let bus = Arc::new(MessageBus::new());
-        let agent = AgentLoop::new(Arc::new(app.agent_core(provider, bus.clone(), Vec::new())));
+        let core = Arc::new(app.agent_core(provider, bus.clone(), Vec::new()));
+        // The `message` tool reaches the front ends and channels served here.
+        let mut reachable: Vec<String> = vec![api::API_CHANNEL.into(), webchat::WEB_CHANNEL.into()];
+        reachable.extend(channels.iter().map(|c| c.name().to_string()));
+        core.services.set_reachable(reachable);
+        let agent = AgentLoop::new(core);
         let listener = TcpListener::bind(config.listen).await.map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth));

@@ -1,0 +1,15 @@
+//! chitin-plugin-agent: tools that act through the agent itself, over the
+//! privileged host interfaces of `chitin:plugin@0.2.0` (`privileged.wit`).
+//!
+//! - `message`: `messaging.send`. The host decides everything that matters
+//!   (which conversation the call belongs to, which chats are allowed,
+//!   whether a file may be attached); this component only maps arguments
+//!   to the request and the answer to text for the model.
+//!
+//! The mapping is plain code ([`message`]) tested natively; the component
+//! glue is only in the wasm build.
+
+pub mod message;
+
+#[cfg(target_arch = "wasm32")]
+mod glue;
