@@ -422,7 +422,7 @@ fn bad_installed_files_are_skipped_and_every_command_still_works() {
     let out = run(chitin(home.path(), &["plugin", "list", "--json"]));
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = list.as_array().unwrap().iter().map(|p| p["manifest"]["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["fs", "hello", "telegram"]);
+    assert_eq!(names, ["agent", "fs", "hello", "telegram"]);
 
     // Named on the command line, the same clash is an error.
     let out = run(chitin(home.path(), &["tool", "call", "greet", "--args", "{}", "--plugin", named_fs.to_str().unwrap()]));
