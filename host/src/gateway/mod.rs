@@ -134,7 +134,7 @@ impl Gateway {
         let channels = channels(app)?;
         let provider = app.provider()?;
         let bus = Arc::new(MessageBus::new());
-        let agent = AgentLoop::new(Arc::new(app.agent_core(provider, bus.clone(), Vec::new())));
+        let agent = AgentLoop::new(Arc::new(app.agent_core(provider, bus.clone())));
         let listener = TcpListener::bind(config.listen).await.map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth));
