@@ -248,3 +248,52 @@ async fn sigterm_stops_a_hanging_web_turn_within_the_drain_grace() {
     assert!(started.elapsed() < Duration::from_secs(12), "{:?}", started.elapsed());
     assert!(gw.stderr().contains("stopped 1 running turn(s), finished tool steps kept: web:s1"), "{}", gw.stderr());
 }
+
+/// The page's event stream carries a tool's progress: the hostile guest's
+/// `echo` reports "echoing" through `host.progress`, and the SSE stream of
+/// the session shows the tool's start, that text and its end, each naming
+/// the tool and the call, between the turn's "running" hint and its reply.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_event_stream_carries_tool_progress_naming_the_call() {
+    let mock = MockLlm::start(vec![MockReply::tool_call("echo", json!({"text": "hi"}).to_string()), MockReply::text("echoed")]);
+    let home = tempfile::tempdir().unwrap();
+    let install = run(chitin(home.path(), &["plugin", "install", HOSTILE_WASM]));
+    assert!(install.status.success(), "{}", stderr(&install));
+    let gw = Gateway::start(home.path(), &mock);
+    let http = reqwest::Client::new();
+    let response = http.get(gw.url("/chat/events?session=prog")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let mut stream = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut events: Vec<Value> = Vec::new();
+    let mut sent = false;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !events.iter().any(|e| e["kind"] == "turn_end") {
+        assert!(std::time::Instant::now() < deadline, "no turn_end in time: {events:#?}\n{}", gw.stderr());
+        let piece = tokio::time::timeout(Duration::from_secs(20), futures::StreamExt::next(&mut stream)).await.expect("an event in time");
+        buffer.push_str(std::str::from_utf8(&piece.unwrap().unwrap()).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            if let Some(data) = frame.trim().strip_prefix("data: ") {
+                events.push(serde_json::from_str(data).unwrap());
+            }
+        }
+        if !sent && events.iter().any(|e| e["kind"] == "ready") {
+            let posted = http.post(gw.url("/chat/send")).bearer_auth(TOKEN).json(&json!({"session": "prog", "text": "echo hi"})).send().await.unwrap();
+            assert_eq!(posted.status().as_u16(), 202);
+            sent = true;
+        }
+    }
+    let progress: Vec<&Value> = events.iter().filter(|e| e["kind"] == "progress").collect();
+    assert_eq!(progress[0]["text"], "running", "{progress:#?}");
+    let tool: Vec<(&str, &str)> = progress[1..].iter().map(|e| (e["phase"].as_str().unwrap(), e["text"].as_str().unwrap())).collect();
+    assert_eq!(tool, [("started", r#"echo({"text":"hi"})"#), ("progress", "echoing"), ("finished", "")], "{progress:#?}");
+    for event in &progress[1..] {
+        assert_eq!(event["tool"], "echo");
+        assert_eq!(event["call_id"], progress[1]["call_id"]);
+        assert!(event["call_id"].as_str().is_some_and(|id| !id.is_empty()));
+    }
+    assert_eq!(progress[3]["ok"], true);
+    let reply = events.iter().find(|e| e["kind"] == "message").unwrap();
+    assert_eq!(reply["text"], "echoed");
+}
