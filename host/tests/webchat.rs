@@ -41,7 +41,12 @@ fn last_user(request: &Value) -> String {
 fn mock() -> MockLlm {
     MockLlm::with_handler(|request, _| {
         let said = last_user(request);
-        if said.contains("hang please") {
+        let after_tool = request["messages"].as_array().and_then(|m| m.last()).is_some_and(|m| m["role"] == "tool");
+        if after_tool {
+            MockReply::text("The tool ran. TOOL-DONE")
+        } else if said.contains("tool please") {
+            MockReply::tool_call("echo", json!({"text": "hi"}).to_string())
+        } else if said.contains("hang please") {
             MockReply::Hang
         } else if said.contains("second") {
             MockReply::text(SECOND)
@@ -124,6 +129,9 @@ async fn a_browser_streams_a_reply_renders_it_safely_switches_sessions_stops_and
     require_browser();
     let mock = mock();
     let home = tempfile::tempdir().unwrap();
+    // The hostile guest's `echo` reports progress, for the tool hint step.
+    let install = run(chitin(home.path(), &["plugin", "install", HOSTILE_WASM]));
+    assert!(install.status.success(), "{}", stderr(&install));
     let gw = Gateway::start(home.path(), &mock);
     let base = gw.base.clone();
     let out = tokio::task::spawn_blocking(move || {
@@ -198,6 +206,13 @@ async fn a_browser_streams_a_reply_renders_it_safely_switches_sessions_stops_and
 
     // `/stop` typed in the box stopped the hanging turn.
     assert_eq!(r["stopNotice"], "Stopped.", "{context}");
+
+    // A tool's progress: one hint for the call, showing the plugin's text
+    // (`host.progress`), marked done, gone with the turn.
+    assert_eq!(r["toolHint"]["text"], "↳ echo: echoing", "{context}");
+    assert!(r["toolHint"]["call"].as_str().is_some_and(|c| !c.is_empty()), "{context}");
+    assert_eq!(r["toolHint"]["hints"], 2, "the turn's hint and one per call: {context}");
+    assert_eq!(r["hintsAfterToolTurn"], 0, "{context}");
     assert_eq!(r["stopped"], true);
 
     // A reload keeps the token and the session.
