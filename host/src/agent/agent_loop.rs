@@ -7,8 +7,9 @@
 //!   queue (injected by the runner); a full queue falls back to a task that
 //!   waits for the lock.
 //! - `dispatch`: a [`BusResponder`] as the turn's sink, so its output goes
-//!   back to the message's chat; then `process`: per-session lock (serial within a session), then the global
-//!   semaphore (concurrency across sessions). On `/stop` it writes the
+//!   back to the message's chat; then `process`: per-session lock (serial
+//!   within a session), then the global semaphore (concurrency across
+//!   sessions). On `/stop` it writes the
 //!   runner's checkpoint into the session; on error it apologises; on every
 //!   exit it re-publishes what is left in the pending queue.
 
