@@ -131,11 +131,20 @@ impl App {
         let active = Arc::new(crate::agent::active::ActiveTurns::default());
         let services = Arc::new(crate::agent::services::AgentServices::new(bus.clone(), active.clone(), self.workspace.clone()));
         self.runtime.set_services(services.clone());
+        let runner = AgentRunner::new(provider);
+        services.set_subagents(Arc::new(crate::agent::subagents::SubagentManager::new(
+            agent.clone(),
+            runner.clone(),
+            &self.tools,
+            self.workspace.clone(),
+            bus.clone(),
+            active.clone(),
+        )));
         AgentCore {
             consolidator,
             auto_compact,
             settings: self.config.agent.clone(),
-            runner: AgentRunner::new(provider),
+            runner,
             tools: self.tools.clone(),
             sessions: Arc::new(JsonlStore::new(self.data.sessions_dir())),
             context: ContextBuilder::new(self.workspace.clone()),

@@ -91,6 +91,19 @@ impl InboundMessage {
         self
     }
 
+    /// Where a reply goes, as `(channel, chat_id)`: the message's own chat,
+    /// or for a `system` message the chat its `chat_id` names
+    /// (`"<channel>:<chat>"`, `cli` when there is no channel part).
+    pub fn reply_route(&self) -> (String, String) {
+        if self.channel != SYSTEM_CHANNEL {
+            return (self.channel.clone(), self.chat_id.clone());
+        }
+        match self.chat_id.split_once(':') {
+            Some((channel, chat)) => (channel.to_string(), chat.to_string()),
+            None => ("cli".to_string(), self.chat_id.clone()),
+        }
+    }
+
     /// `session_key_override`, else `{channel}:{chat_id}`.
     pub fn session_key(&self) -> String {
         self.session_key_override.clone().unwrap_or_else(|| format!("{}:{}", self.channel, self.chat_id))
@@ -219,6 +232,9 @@ mod tests {
         assert_eq!(m.session_key(), "shared");
         m.metadata.insert("_command".into(), Value::Bool(true));
         m.metadata.insert("message_id".into(), Value::from(7));
+        let system = InboundMessage::new(SYSTEM_CHANNEL, "subagent", "telegram:42", "done");
+        assert_eq!(system.reply_route(), ("telegram".to_string(), "42".to_string()));
+        assert_eq!(InboundMessage::new(SYSTEM_CHANNEL, "x", "direct", "").reply_route(), ("cli".to_string(), "direct".to_string()));
         let clean = m.from_client();
         assert!(!clean.metadata.contains_key("_command"), "internal keys are not accepted from clients");
         assert!(clean.metadata.contains_key("message_id"));

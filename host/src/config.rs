@@ -272,6 +272,33 @@ pub struct AgentConfig {
     pub idle_compact_after_minutes: u64,
     /// Stream answers as they are generated.
     pub stream: bool,
+    /// `[agent.subagents]`: the `spawn` tool.
+    pub subagents: SubagentConfig,
+}
+
+/// `[agent.subagents]`: what a subagent (the `spawn` tool) may do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SubagentConfig {
+    /// Subagents running at once, over all sessions; a spawn past it is
+    /// refused with a message saying so. At least 1.
+    pub max_concurrent: usize,
+    /// The tools a subagent gets, by name; unset: every tool of the main
+    /// agent except `spawn` (unless `allow_spawn`) and `message` (a subagent
+    /// reports to the agent, not to the user).
+    pub tools: Option<Vec<String>>,
+    /// A subagent may spawn subagents of its own.
+    pub allow_spawn: bool,
+    /// While subagents of a session run, its turn waits up to this many
+    /// seconds for their results before it ends (a result that comes later
+    /// starts a turn of its own); 0 = never wait.
+    pub keep_alive_secs: u64,
+}
+
+impl Default for SubagentConfig {
+    fn default() -> Self {
+        SubagentConfig { max_concurrent: 1, tools: None, allow_spawn: false, keep_alive_secs: 300 }
+    }
 }
 
 impl Default for AgentConfig {
@@ -291,6 +318,7 @@ impl Default for AgentConfig {
             history_max_messages: 500,
             idle_compact_after_minutes: 0,
             stream: true,
+            subagents: SubagentConfig::default(),
         }
     }
 }

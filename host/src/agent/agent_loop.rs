@@ -23,11 +23,11 @@ use tokio::task::JoinSet;
 use super::active::ActiveTurn;
 use super::commands::{self, Command, Parsed};
 use super::core::AgentCore;
-use super::pending::PendingQueue;
+use super::pending::{KeepAlive, PendingQueue};
 use super::turn::{self, TurnContext, TurnError, materialize_checkpoint};
 use super::responder::BusResponder;
 use super::sink::TurnSink;
-use crate::bus::{InboundMessage, OutboundMessage};
+use crate::bus::{InboundMessage, OutboundMessage, SYSTEM_CHANNEL};
 
 /// How long `run` waits on the bus before doing housekeeping.
 const INBOUND_POLL: Duration = Duration::from_secs(1);
@@ -167,7 +167,9 @@ impl AgentLoop {
 
     fn accept(&self, message: InboundMessage, tasks: &mut JoinSet<()>) {
         let key = message.session_key();
-        if commands::is_priority(&message.content) {
+        // A `system` message (a subagent's result) is never a command.
+        let system = message.channel == SYSTEM_CHANNEL;
+        if !system && commands::is_priority(&message.content) {
             self.answer_priority(&message, &key);
             return;
         }
@@ -175,6 +177,7 @@ impl AgentLoop {
             // Other commands are answered inline: they must not be injected
             // into the running turn as if the user had said them to the model.
             let inline = match commands::parse(&message.content) {
+                _ if system => None,
                 Parsed::NotACommand => None,
                 Parsed::Unknown { name, suggestion } => Some(commands::unknown_text(&name, suggestion)),
                 Parsed::Known(Command::Help) => Some(commands::help_text()),
@@ -201,7 +204,13 @@ impl AgentLoop {
     fn answer_priority(&self, message: &InboundMessage, key: &str) {
         let text = match commands::parse(&message.content) {
             Parsed::Known(Command::Stop) => {
-                if self.stop(key) { STOPPED_TEXT.to_string() } else { "No task is running.".to_string() }
+                let (turn, subagents) = self.stop_counted(key);
+                match (turn, subagents) {
+                    (true, 0) => STOPPED_TEXT.to_string(),
+                    (true, n) => format!("{STOPPED_TEXT} Stopped {n} subagent(s)."),
+                    (false, 0) => "No task is running.".to_string(),
+                    (false, n) => format!("Stopped {n} subagent(s)."),
+                }
             }
             _ => match self.core.sessions.load(key) {
                 Ok(session) => {
@@ -217,14 +226,22 @@ impl AgentLoop {
         self.core.bus.publish_outbound(OutboundMessage::reply(&message.channel, &message.chat_id, text));
     }
 
-    /// Cancels the running turn of `key`; false when none runs.
+    /// Cancels the running turn of `key` and its subagents; false when
+    /// nothing ran.
     pub fn stop(&self, key: &str) -> bool {
+        let (turn, subagents) = self.stop_counted(key);
+        turn || subagents > 0
+    }
+
+    /// [`AgentLoop::stop`]: whether a turn ran, and how many subagents.
+    pub fn stop_counted(&self, key: &str) -> (bool, usize) {
+        let subagents = self.core.services.subagents().map(|m| m.cancel_session(key)).unwrap_or(0);
         match self.core.active.get(key) {
             Some(turn) => {
                 turn.cancel.cancel();
-                true
+                (true, subagents)
             }
-            None => false,
+            None => (false, subagents),
         }
     }
 
@@ -257,7 +274,15 @@ impl AgentLoop {
             Some(s) => Some(s.clone().acquire_owned().await.expect("the semaphore is never closed")),
             None => None,
         };
-        let active = Arc::new(ActiveTurn::new(Arc::new(PendingQueue::new(self.core.settings.pending_queue_size.max(1)))));
+        let mut pending = PendingQueue::new(self.core.settings.pending_queue_size.max(1));
+        let keep_alive = std::time::Duration::from_secs(self.core.settings.subagents.keep_alive_secs);
+        if let Some(manager) = self.core.services.subagents().filter(|_| !keep_alive.is_zero()) {
+            // While subagents of this session run, the turn waits for their
+            // results instead of ending (each would start a turn of its own).
+            let (manager, session) = (manager.clone(), key.clone());
+            pending = pending.with_keep_alive(KeepAlive { while_: Arc::new(move || manager.has_running(&session)), bound: keep_alive });
+        }
+        let active = Arc::new(ActiveTurn::new(Arc::new(pending)));
         self.core.active.insert(&key, active.clone());
         let mut ctx = TurnContext::new(message);
         ctx.pending = Some(active.pending.clone());

@@ -79,7 +79,11 @@ impl AgentCore {
             uptime_secs: self.started_at.elapsed().as_secs(),
             active_tasks: self.active.count(),
         };
-        super::commands::status_text(&facts, session)
+        let text = super::commands::status_text(&facts, session);
+        match self.services.subagents().and_then(|m| m.status_lines(&session.key)) {
+            Some(lines) => format!("{text}\n{lines}"),
+            None => text,
+        }
     }
 
     /// The input token budget (spec §6).

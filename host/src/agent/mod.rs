@@ -22,6 +22,7 @@ pub mod runner;
 pub mod services;
 pub mod sink;
 pub mod skills;
+pub mod subagents;
 pub mod turn;
 
 pub use agent_loop::{AgentLoop, TurnOutcome};

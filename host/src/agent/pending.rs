@@ -1,14 +1,31 @@
 //! The pending queue of a running turn: messages for the same session that
 //! arrive mid-turn wait here and are injected into the running loop instead
 //! of starting a competing turn (spec §3).
+//!
+//! A turn whose session still has subagents running does not end while
+//! their results may come: when the run has nothing more to do, it waits
+//! here ([`InjectionSource::wait_for_more`]) for a result, up to
+//! `[agent.subagents] keep_alive_secs`, and goes on with it.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use super::runner::InjectionSource;
 use crate::bus::InboundMessage;
 use crate::session::Message;
+
+/// Whether the turn should keep waiting for messages (subagents of its
+/// session still run), and for how long at most.
+pub struct KeepAlive {
+    pub while_: Arc<dyn Fn() -> bool + Send + Sync>,
+    pub bound: Duration,
+}
 
 /// A bounded queue of inbound messages.
 pub struct PendingQueue {
@@ -16,27 +33,51 @@ pub struct PendingQueue {
     capacity: usize,
     /// Messages injected into the run so far.
     drained: AtomicUsize,
+    /// Set by [`PendingQueue::take_all`] when the turn ends: a push after it
+    /// is refused (and goes to the bus instead), never left in a dead queue.
+    closed: AtomicBool,
+    /// Woken on every push, and by [`PendingQueue::wake`].
+    arrived: Notify,
+    keep_alive: Option<KeepAlive>,
 }
 
 impl PendingQueue {
     /// An empty queue holding at most `capacity` messages.
     pub fn new(capacity: usize) -> Self {
-        PendingQueue { queue: Mutex::new(VecDeque::new()), capacity, drained: AtomicUsize::new(0) }
+        PendingQueue { queue: Mutex::new(VecDeque::new()), capacity, drained: AtomicUsize::new(0), closed: AtomicBool::new(false), arrived: Notify::new(), keep_alive: None }
     }
 
-    /// Queues `message`; gives it back when the queue is full.
+    /// The run waits for more messages while `keep_alive` says so.
+    pub fn with_keep_alive(mut self, keep_alive: KeepAlive) -> Self {
+        self.keep_alive = Some(keep_alive);
+        self
+    }
+
+    /// Queues `message`; gives it back when the queue is full or the turn
+    /// has ended.
     pub fn try_push(&self, message: InboundMessage) -> Result<(), InboundMessage> {
         let mut queue = self.queue.lock().expect("pending lock");
-        if queue.len() >= self.capacity {
+        if queue.len() >= self.capacity || self.closed.load(Ordering::SeqCst) {
             return Err(message);
         }
         queue.push_back(message);
+        drop(queue);
+        self.arrived.notify_waiters();
         Ok(())
     }
 
-    /// Takes everything still queued (re-published when the turn ends).
+    /// Takes everything still queued (re-published when the turn ends) and
+    /// closes the queue.
     pub fn take_all(&self) -> Vec<InboundMessage> {
-        self.queue.lock().expect("pending lock").drain(..).collect()
+        let mut queue = self.queue.lock().expect("pending lock");
+        self.closed.store(true, Ordering::SeqCst);
+        queue.drain(..).collect()
+    }
+
+    /// Wakes a run waiting for messages, to look at its keep-alive again
+    /// (a subagent ended).
+    pub fn wake(&self) {
+        self.arrived.notify_waiters();
     }
 
     /// How many messages the run has taken from the queue (injected).
@@ -52,6 +93,22 @@ impl PendingQueue {
     /// True when nothing waits.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    async fn wait(&self) -> bool {
+        let Some(keep_alive) = &self.keep_alive else { return false };
+        let deadline = tokio::time::Instant::now() + keep_alive.bound;
+        loop {
+            let arrived = self.arrived.notified();
+            if !self.is_empty() {
+                return true;
+            }
+            if !(keep_alive.while_)() || tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            // The poll bounds a missed wake-up; pushes and subagent ends wake it.
+            let _ = tokio::time::timeout_at(deadline.min(tokio::time::Instant::now() + Duration::from_millis(250)), arrived).await;
+        }
     }
 }
 
@@ -69,6 +126,13 @@ pub fn user_message(inbound: &InboundMessage) -> Message {
         }
     }
     let mut message = Message::user(text).with_meta("timestamp", inbound.timestamp.to_rfc3339());
+    // A subagent's announcement keeps its task id, so the session holds it
+    // once (see `agent::subagents::already_delivered`).
+    for key in [crate::agent::subagents::INJECTED_EVENT, crate::agent::subagents::TASK_ID] {
+        if let Some(value) = inbound.metadata.get(key).filter(|_| inbound.channel == crate::bus::SYSTEM_CHANNEL) {
+            message = message.with_meta(key, value.clone());
+        }
+    }
     if !images.is_empty() {
         message = message.with_meta("media", images);
     }
@@ -86,5 +150,9 @@ impl InjectionSource for PendingQueue {
         let n = queue.len().min(max);
         self.drained.fetch_add(n, Ordering::SeqCst);
         queue.drain(..n).map(|m| user_message(&m)).collect()
+    }
+
+    fn wait_for_more(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(self.wait())
     }
 }

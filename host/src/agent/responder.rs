@@ -32,7 +32,9 @@ pub struct BusResponder {
 impl BusResponder {
     /// A responder for the turn of `to`; `stream` asks for reply deltas.
     pub fn new(bus: Arc<MessageBus>, to: &InboundMessage, stream: bool) -> Arc<Self> {
-        Arc::new(BusResponder { bus, channel: to.channel.clone(), chat_id: to.chat_id.clone(), stream })
+        // A `system` message (a subagent's result) is answered in its origin chat.
+        let (channel, chat_id) = to.reply_route();
+        Arc::new(BusResponder { bus, channel, chat_id, stream })
     }
 
     fn publish(&self, kind: OutboundKind, content: impl Into<String>, metadata: Map<String, Value>) {

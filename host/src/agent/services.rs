@@ -14,11 +14,12 @@
 //! through the [`Workspace`] handle: inside, regular, capped).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use super::active::ActiveTurns;
 use crate::bus::{MessageBus, OutboundMessage, SYSTEM_CHANNEL};
-use crate::plugins::services::{Delivery, HostServices, SendRequest, chat_allowed};
+use super::subagents::SubagentManager;
+use crate::plugins::services::{Delivery, HostServices, SendRequest, SpawnFuture, SpawnRequest, SubagentInfo, chat_allowed};
 use crate::plugins::CallContext;
 use crate::workspace::Workspace;
 
@@ -44,11 +45,23 @@ pub struct AgentServices {
     /// The channels a message can reach in this process (`None`: any; the
     /// CLI has only `cli`, the gateway its front ends and channels).
     reachable: RwLock<Option<Vec<String>>>,
+    /// `agents` (the `spawn` tool), once the agent has set it up.
+    subagents: OnceLock<Arc<SubagentManager>>,
 }
 
 impl AgentServices {
     pub fn new(bus: Arc<MessageBus>, active: Arc<ActiveTurns>, workspace: Workspace) -> Self {
-        AgentServices { bus, active, workspace, reachable: RwLock::new(None) }
+        AgentServices { bus, active, workspace, reachable: RwLock::new(None), subagents: OnceLock::new() }
+    }
+
+    /// Serves `agents` with `manager` (the first one set stays).
+    pub fn set_subagents(&self, manager: Arc<SubagentManager>) {
+        let _ = self.subagents.set(manager);
+    }
+
+    /// The subagents, when `agents` is served.
+    pub fn subagents(&self) -> Option<&Arc<SubagentManager>> {
+        self.subagents.get()
     }
 
     /// Only `channels` can be reached from here: a send to another is
@@ -123,6 +136,18 @@ impl HostServices for AgentServices {
         self.bus.publish_outbound(message);
         tracing::info!(session = %call.session_key, %target, attachments = attachments.len(), "message tool: message queued");
         Ok(Delivery { channel, chat_id, current_chat, attachments })
+    }
+
+    fn spawn_subagent(&self, call: &CallContext, request: SpawnRequest) -> SpawnFuture {
+        match self.subagents.get() {
+            Some(manager) => manager.spawn(call, request),
+            None => Box::pin(async { Err("agents: subagents are not set up in this process".to_string()) }),
+        }
+    }
+
+    fn subagent_status(&self, call: &CallContext) -> Result<Vec<SubagentInfo>, String> {
+        let manager = self.subagents.get().ok_or("agents: subagents are not set up in this process")?;
+        Ok(manager.running_in(&call.session_key))
     }
 }
 

@@ -255,12 +255,13 @@ impl PluginRuntime {
             services: self.services.read().expect("services lock").clone(),
             call: None,
         };
+        let clock = state.clock.clone();
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let deadline = Instant::now() + self.limits.timeout();
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {
-            Ok(if Instant::now() >= deadline { UpdateDeadline::Interrupt } else { UpdateDeadline::Yield(1) })
+            Ok(if Instant::now() >= deadline + clock.extension() { UpdateDeadline::Interrupt } else { UpdateDeadline::Yield(1) })
         });
         Ok(store)
     }

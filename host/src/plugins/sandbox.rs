@@ -39,7 +39,7 @@ use super::grants::Grant;
 use super::http::HttpPolicy;
 use super::limits::{CallLimiter, Limits};
 use super::manifest::WorkspaceAccess;
-use super::services::{self, HostInterface, HostServices, SendRequest};
+use super::services::{self, HostInterface, HostServices, SendRequest, SpawnRequest, SubagentInfo, SubagentState};
 use super::tool::CallContext;
 
 /// Receives the progress texts a plugin reports during a call.
@@ -76,6 +76,59 @@ pub struct StoreState {
     pub privileged: Privileged,
     /// The guest's stderr, for panic messages.
     pub stderr: CapturedOutput,
+    /// Host waits that do not count against the call's time limit.
+    pub clock: Arc<CallClock>,
+}
+
+/// Time a call spends in host calls that wait on the agent rather than
+/// compute (a `wait` subagent): it moves the call's deadline, both the
+/// epoch check and the wall-clock timeout, so `[limits] timeout_ms` keeps
+/// bounding the plugin's own work without cutting a subagent short. The
+/// subagent is bounded by its own limits (iterations, model timeout).
+#[derive(Debug, Default)]
+pub struct CallClock {
+    state: Mutex<(Duration, Option<Instant>)>,
+}
+
+impl CallClock {
+    /// A wait starts now; it ends when the guard is dropped.
+    pub fn pause(self: &Arc<Self>) -> PauseGuard {
+        self.state.lock().expect("clock lock").1 = Some(Instant::now());
+        PauseGuard(self.clone())
+    }
+
+    /// How far the deadline has moved: finished waits plus the current one.
+    pub fn extension(&self) -> Duration {
+        let (done, since) = *self.state.lock().expect("clock lock");
+        done + since.map(|s| s.elapsed()).unwrap_or_default()
+    }
+}
+
+/// Ends a [`CallClock::pause`].
+pub struct PauseGuard(Arc<CallClock>);
+
+impl Drop for PauseGuard {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().expect("clock lock");
+        if let Some(since) = state.1.take() {
+            state.0 += since.elapsed();
+        }
+    }
+}
+
+/// `tokio::time::timeout` whose limit grows by what `clock` says was spent
+/// waiting on the host.
+pub async fn timeout_with_pauses<F: std::future::Future>(limit: Duration, clock: &CallClock, fut: F) -> Result<F::Output, tokio::time::error::Elapsed> {
+    let start = tokio::time::Instant::now();
+    tokio::pin!(fut);
+    loop {
+        match tokio::time::timeout_at(start + limit + clock.extension(), &mut fut).await {
+            Ok(value) => return Ok(value),
+            // Still past the deadline with the waits counted: a real timeout.
+            Err(elapsed) if tokio::time::Instant::now() >= start + limit + clock.extension() => return Err(elapsed),
+            Err(_) => continue,
+        }
+    }
 }
 
 /// State of the privileged interfaces for one call
@@ -177,6 +230,7 @@ impl StoreState {
             },
             privileged: Privileged::default(),
             stderr,
+            clock: Arc::default(),
         })
     }
 
@@ -308,6 +362,37 @@ impl v0_2::messaging::Host for StoreState {
     }
 }
 
+impl v0_2::agents::Host for StoreState {
+    async fn spawn(&mut self, task: String, label: Option<String>, wait: bool) -> Result<v0_2::agents::Subagent, String> {
+        let (services, call) = self.privileged_call(HostInterface::Agents)?;
+        let future = services.spawn_subagent(call, SpawnRequest { task, label, wait });
+        // Waiting for a subagent is not the plugin's time.
+        let _paused = wait.then(|| self.clock.pause());
+        future.await.map(wit_subagent)
+    }
+
+    fn status(&mut self) -> Result<Vec<v0_2::agents::Subagent>, String> {
+        let (services, call) = self.privileged_call(HostInterface::Agents)?;
+        Ok(services.subagent_status(call)?.into_iter().map(wit_subagent).collect())
+    }
+}
+
+fn wit_subagent(info: SubagentInfo) -> v0_2::agents::Subagent {
+    use v0_2::agents::SubagentState as W;
+    v0_2::agents::Subagent {
+        id: info.id,
+        label: info.label,
+        state: match info.state {
+            SubagentState::Running => W::Running,
+            SubagentState::Completed => W::Completed,
+            SubagentState::Failed => W::Failed,
+            SubagentState::Cancelled => W::Cancelled,
+        },
+        elapsed_ms: info.elapsed_ms,
+        answer: info.result,
+    }
+}
+
 /// Adds every interface a plugin may import to `linker`: WASI p2 (with the
 /// deny-by-default context above), `wasi:http` (policy in [`HttpPolicy`]),
 /// and `chitin:plugin/host` of 0.1.0 and 0.2.0 side by side (a 0.x minor is
@@ -322,6 +407,7 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     v0_2::tool::chitin::plugin::host::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
     // Privileged interfaces: linked for all, each call checks the grant.
     v0_2::messaging::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
+    v0_2::agents::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
     guard_open_at(linker)
 }
 

@@ -24,16 +24,19 @@ use super::tool::CallContext;
 pub enum HostInterface {
     /// `chitin:plugin/messaging`: send text and files to chats.
     Messaging,
+    /// `chitin:plugin/agents`: spawn subagents, list the running ones.
+    Agents,
 }
 
 impl HostInterface {
     /// Every interface this host implements.
-    pub const ALL: [HostInterface; 1] = [HostInterface::Messaging];
+    pub const ALL: [HostInterface; 2] = [HostInterface::Messaging, HostInterface::Agents];
 
     /// The name used in manifests and config.
     pub fn name(self) -> &'static str {
         match self {
             HostInterface::Messaging => "messaging",
+            HostInterface::Agents => "agents",
         }
     }
 
@@ -41,6 +44,7 @@ impl HostInterface {
     pub fn describe(self) -> &'static str {
         match self {
             HostInterface::Messaging => "send messages and workspace files to the current chat (and to chats listed in `chats`)",
+            HostInterface::Agents => "start subagents (separate agent runs with the tools `[agent.subagents]` allows) and list the running ones",
         }
     }
 
@@ -93,12 +97,62 @@ pub struct Delivery {
     pub attachments: Vec<PathBuf>,
 }
 
+/// A subagent a plugin asks for (`agents.spawn`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnRequest {
+    /// What the subagent is to do (the model's text, unchecked).
+    pub task: String,
+    /// A label for people; `None`: made from the task.
+    pub label: Option<String>,
+    /// Run inline and return the answer, instead of in the background.
+    pub wait: bool,
+}
+
+/// Where a subagent is (`agents.subagent-state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubagentState {
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+/// A subagent as reported to a plugin (`agents.subagent`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubagentInfo {
+    pub id: String,
+    pub label: String,
+    pub state: SubagentState,
+    pub elapsed_ms: u64,
+    /// The answer of an inline (`wait`) run.
+    pub result: Option<String>,
+}
+
+/// The future of an `agents.spawn`: a `wait` spawn resolves when the
+/// subagent ends, which may be minutes.
+pub type SpawnFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<SubagentInfo, String>> + Send>>;
+
 /// What the agent does for the privileged interfaces. Errors are text for
 /// the model: they say what was refused and what to change.
+///
+/// Methods other than `send_message` have a default that refuses, so an
+/// implementor serves only the interfaces it knows.
 pub trait HostServices: Send + Sync {
     /// `messaging.send` from a plugin call in conversation `call`. `chats`
     /// is the plugin's grant of other chats (`channel:chat` or `channel:*`).
     fn send_message(&self, call: &CallContext, chats: &[String], request: SendRequest) -> Result<Delivery, String>;
+
+    /// `agents.spawn` from a plugin call in conversation `call`.
+    fn spawn_subagent(&self, call: &CallContext, request: SpawnRequest) -> SpawnFuture {
+        let _ = (call, request);
+        Box::pin(async { Err(format!("agents: {NO_SERVICES}")) })
+    }
+
+    /// `agents.status`: the running subagents of conversation `call`.
+    fn subagent_status(&self, call: &CallContext) -> Result<Vec<SubagentInfo>, String> {
+        let _ = call;
+        Err(format!("agents: {NO_SERVICES}"))
+    }
 }
 
 /// Whether `channel:chat` is admitted by one of `patterns` (`channel:chat`,
@@ -119,6 +173,7 @@ mod tests {
     #[test]
     fn interfaces_parse_by_name_and_unknown_ones_list_the_known() {
         assert_eq!(HostInterface::parse("messaging"), Ok(HostInterface::Messaging));
+        assert_eq!(HostInterface::parse("agents"), Ok(HostInterface::Agents));
         let e = HostInterface::parse("shell").unwrap_err();
         assert!(e.contains("unknown host interface `shell`") && e.contains("messaging"), "{e}");
     }

@@ -44,6 +44,7 @@ impl PluginRuntime {
         let read_only = plugin.manifest.tools.iter().any(|t| t.name == tool && t.read_only);
         let mut store = self.new_store(plugin, progress, read_only)?;
         store.data_mut().privileged.call = Some(ctx.clone());
+        let clock = store.data().clock.clone();
         // Host calls (a sleeping guest, a slow HTTP response) do not advance
         // epochs, so the whole call also runs under a wall-clock timeout.
         let run = async {
@@ -84,7 +85,7 @@ impl PluginRuntime {
                 Prepared::ChannelV0_2(_) => Err(wasmtime::Error::msg("a channel plugin has no tools")),
             }
         };
-        let outcome = tokio::time::timeout(self.limits().timeout() + TICK, run).await;
+        let outcome = super::sandbox::timeout_with_pauses(self.limits().timeout() + TICK, &clock, run).await;
         let call = Call::Tool(tool.to_string());
         match self.settle(plugin, &call, outcome, &store)? {
             Err((kind, message)) => Err(guest_error(kind, message, self.limits())),

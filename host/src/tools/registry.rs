@@ -100,6 +100,28 @@ impl ToolRegistry {
         Ok(ToolRegistry { inner: Arc::new(Inner { runtime, tools, definitions, definitions_tokens: OnceLock::new(), definitions_bound: OnceLock::new(), conflicts }) })
     }
 
+    /// A registry with only the tools `keep` admits (a subagent's scope):
+    /// same plugins and runtime, its own definitions.
+    pub fn restricted(&self, keep: impl Fn(&str) -> bool) -> ToolRegistry {
+        let tools: BTreeMap<String, Entry> = self
+            .inner
+            .tools
+            .iter()
+            .filter(|(name, _)| keep(name))
+            .map(|(name, e)| (name.clone(), Entry { spec: e.spec.clone(), plugin: e.plugin.clone(), validator: OnceLock::new() }))
+            .collect();
+        let definitions: Arc<[Value]> = tools.values().map(|e| definition(&e.spec)).collect();
+        let inner = Inner {
+            runtime: self.inner.runtime.clone(),
+            tools,
+            definitions,
+            conflicts: Vec::new(),
+            definitions_tokens: OnceLock::new(),
+            definitions_bound: OnceLock::new(),
+        };
+        ToolRegistry { inner: Arc::new(inner) }
+    }
+
     /// Function definitions for the model, sorted by name.
     pub fn definitions(&self) -> &[Value] {
         &self.inner.definitions

@@ -119,6 +119,11 @@ impl AgentRunner {
             if run.inject(INJECTIONS_PER_DRAIN) {
                 continue;
             }
+            // Subagents of this session still run: the turn stays alive for
+            // their results rather than end and start another turn for each.
+            if run.wait_for_injections().await && run.inject(INJECTIONS_PER_DRAIN) {
+                continue;
+            }
             run.checkpoint(CheckpointPhase::FinalResponse, iteration, &[]);
             return run.finish(Some(answer), StopReason::Completed);
         }
@@ -248,6 +253,16 @@ impl Run<'_> {
             }
         }
         true
+    }
+
+    /// Waits for messages expected by the injection source (see
+    /// [`InjectionSource::wait_for_more`]); false without a source, once
+    /// the run's injection cycles are used up, or when none came.
+    async fn wait_for_injections(&self) -> bool {
+        match &self.spec.injections {
+            Some(source) if self.injection_cycles < INJECTION_CYCLES => source.wait_for_more().await,
+            _ => false,
+        }
     }
 
     fn checkpoint(&self, phase: CheckpointPhase, iteration: usize, pending: &[ToolCall]) {

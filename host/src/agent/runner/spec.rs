@@ -157,4 +157,11 @@ pub enum CheckpointPhase {
 pub trait InjectionSource: Send + Sync {
     /// Takes up to `max` waiting messages.
     fn drain(&self, max: usize) -> Vec<Message>;
+
+    /// Called when the run would end: waits (bounded) while more messages
+    /// are expected (subagents of the session still run); true when some
+    /// arrived, so the run goes on with them.
+    fn wait_for_more(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
+        Box::pin(async { false })
+    }
 }

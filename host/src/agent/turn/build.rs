@@ -14,7 +14,7 @@ use crate::tokens::{Counted, estimate_message, message_bound};
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     let budget = core.input_budget();
     let current = user_message(&ctx.inbound);
-    let (channel, chat_id, key) = (ctx.inbound.channel.clone(), ctx.inbound.chat_id.clone(), ctx.session_key.clone());
+    let ((channel, chat_id), key) = (ctx.inbound.reply_route(), ctx.session_key.clone());
     let summary = ctx.pending_summary.clone();
     let mut system_prompt = core.system_prompt(&channel, &chat_id, &key, summary.clone());
     let overhead = PromptOverhead::new(&system_prompt, core.tools.clone(), &current);

@@ -5,6 +5,7 @@
 use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::commands::{self, Command, Parsed};
 use crate::agent::core::AgentCore;
+use crate::agent::subagents;
 use crate::bus::OutboundMessage;
 use crate::session::{COMMAND_MARKER, Message};
 
@@ -12,14 +13,29 @@ use crate::session::{COMMAND_MARKER, Message};
 pub const NEW_SESSION_TEXT: &str = "Started a new conversation. The previous one is archived.";
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+    // A SYSTEM turn (a subagent's result) is never a command. The session
+    // takes each result once: a second delivery ends here, unanswered.
+    if ctx.inbound.channel == crate::bus::SYSTEM_CHANNEL {
+        if let Some(id) = subagents::task_id(&ctx.inbound).map(str::to_string)
+            && subagents::already_delivered(ctx.session_mut()?, &id)
+        {
+            tracing::info!(session = %ctx.session_key, subagent = %id, "subagent result already in the session; not handled again");
+            return Ok(TurnEvent::Shortcut);
+        }
+        return Ok(TurnEvent::Dispatch);
+    }
     let reply = match commands::parse(&ctx.inbound.content) {
         Parsed::NotACommand => return Ok(TurnEvent::Dispatch),
         Parsed::Unknown { name, suggestion } => commands::unknown_text(&name, suggestion),
         Parsed::Known(Command::Help) => commands::help_text(),
         Parsed::Known(Command::Status) => core.status_text(ctx.session_mut()?),
-        // A /stop that reaches a turn found nothing running (a running turn
-        // is stopped by the loop before any lock is taken).
-        Parsed::Known(Command::Stop) => "No task is running.".to_string(),
+        // A /stop that reaches a turn found no turn running (a running turn
+        // is stopped by the loop before any lock is taken); subagents of the
+        // session may still be.
+        Parsed::Known(Command::Stop) => match core.services.subagents().map(|m| m.cancel_session(&ctx.session_key)).unwrap_or(0) {
+            0 => "No task is running.".to_string(),
+            n => format!("Stopped {n} subagent(s)."),
+        },
         Parsed::Known(Command::New) => {
             let ephemeral = ctx.ephemeral;
             let key = ctx.session_key.clone();

@@ -8,14 +8,21 @@ use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::core::AgentCore;
 use crate::bus::{OutboundKind, OutboundMessage};
 
+/// The reply of a SYSTEM turn (a subagent's result) that produced no text.
+pub const BACKGROUND_DONE: &str = "Background task completed.";
+
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     // The `message` tool marks the running turn (agent::services).
     ctx.sent_to_chat = core.active.get(&ctx.session_key).is_some_and(|turn| turn.reply_suppressed());
     if ctx.sent_to_chat {
         return Ok(TurnEvent::Ok);
     }
-    let text = ctx.final_content.clone().unwrap_or_default();
-    let mut reply = OutboundMessage::reply(&ctx.inbound.channel, &ctx.inbound.chat_id, text);
+    let mut text = ctx.final_content.clone().unwrap_or_default();
+    if ctx.inbound.channel == crate::bus::SYSTEM_CHANNEL && text.trim().is_empty() {
+        text = BACKGROUND_DONE.to_string();
+    }
+    let (channel, chat_id) = ctx.inbound.reply_route();
+    let mut reply = OutboundMessage::reply(channel, chat_id, text);
     // An error reply was never streamed, even when streaming was on.
     let streamed = ctx.sink.streams_text() && ctx.stop_reason != Some(crate::agent::runner::StopReason::Error);
     reply.kind = OutboundKind::Message { streamed };

@@ -47,11 +47,10 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         context_window: core.settings.context_window,
         llm_timeout: core.llm_timeout(),
         workspace: core.workspace.clone(),
-        call_context: CallContext {
-            session_key: ctx.session_key.clone(),
-            channel: ctx.inbound.channel.clone(),
-            chat_id: ctx.inbound.chat_id.clone(),
-            call_id: String::new(),
+        call_context: {
+            // A SYSTEM turn acts in its origin chat.
+            let (channel, chat_id) = ctx.inbound.reply_route();
+            CallContext { session_key: ctx.session_key.clone(), channel, chat_id, call_id: String::new() }
         },
         checkpoint,
         injections: ctx.pending.clone().map(|p| p as Arc<dyn InjectionSource>),

@@ -57,6 +57,12 @@ pub(super) fn append_run_messages(session: &mut Session, added: impl IntoIterato
     let mut answered: HashSet<String> = this_turn.iter().filter_map(|m| m.tool_call_id.clone()).collect();
     let mut known: HashSet<String> = this_turn.iter().flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone())).collect();
     for mut message in added {
+        // A subagent's result is held once, however it arrived.
+        if let Some(id) = message.meta.get(crate::agent::subagents::TASK_ID).and_then(Value::as_str)
+            && crate::agent::subagents::already_delivered(session, id)
+        {
+            continue;
+        }
         match message.role {
             Role::Assistant if message.text().trim().is_empty() && message.tool_calls.is_empty() => continue,
             Role::Tool => {

@@ -34,6 +34,8 @@ pub mod agent {
     wasmtime::component::bindgen!({
         path: "../wit/v0.2",
         world: "agent-plugin",
+        // A `wait` spawn runs a whole subagent before it returns.
+        imports: { "chitin:plugin/agents.spawn": async },
         exports: { default: async },
         with: {
             "chitin:plugin/host": super::tool::chitin::plugin::host,
@@ -42,6 +44,7 @@ pub mod agent {
     });
 }
 
+pub use self::agent::chitin::plugin::agents;
 pub use self::agent::chitin::plugin::messaging;
 pub use self::channel::exports::chitin::plugin::channel as wit;
 pub use self::tool::chitin::plugin::host::LogLevel;
