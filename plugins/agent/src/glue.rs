@@ -1,10 +1,11 @@
 //! The `agent-plugin` world: the `tool` export over `messaging`.
 
 use crate::message::{self, MessageArgs};
+use crate::spawn::{self, SpawnArgs};
 
 wit_bindgen::generate!({ path: "../../wit/v0.2", world: "agent-plugin" });
 
-use chitin::plugin::messaging;
+use chitin::plugin::{agents, messaging};
 use exports::chitin::plugin::tool::Guest;
 use chitin::plugin::types::{CallContext, ToolError};
 
@@ -27,8 +28,26 @@ impl Guest for Agent {
                     Err(e) => Err(ToolError::Failed(e)),
                 }
             }
+            "spawn" => {
+                let args = SpawnArgs::parse(&args_json).map_err(ToolError::InvalidArgs)?;
+                match agents::spawn(&args.task, args.label.as_deref(), args.wait) {
+                    Ok(s) if args.wait => Ok(spawn::waited_text(&s.label, state_name(s.state), s.answer.as_deref())),
+                    Ok(s) => Ok(spawn::started_text(&s.label, &s.id)),
+                    Err(e) if spawn::is_denial(&e) => Err(ToolError::Denied(e)),
+                    Err(e) => Err(ToolError::Failed(e)),
+                }
+            }
             other => Err(ToolError::UnknownTool(format!("no tool `{other}` in plugin `agent`"))),
         }
+    }
+}
+
+fn state_name(state: agents::SubagentState) -> &'static str {
+    match state {
+        agents::SubagentState::Running => "running",
+        agents::SubagentState::Completed => "completed",
+        agents::SubagentState::Failed => "failed",
+        agents::SubagentState::Cancelled => "cancelled",
     }
 }
 

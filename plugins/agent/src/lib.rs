@@ -5,11 +5,14 @@
 //!   (which conversation the call belongs to, which chats are allowed,
 //!   whether a file may be attached); this component only maps arguments
 //!   to the request and the answer to text for the model.
+//! - `spawn`: `agents.spawn`. The host runs the subagent (its prompt, its
+//!   tools, the concurrency limit) and announces a background result.
 //!
 //! The mapping is plain code ([`message`]) tested natively; the component
 //! glue is only in the wasm build.
 
 pub mod message;
+pub mod spawn;
 
 #[cfg(target_arch = "wasm32")]
 mod glue;
