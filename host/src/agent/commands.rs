@@ -18,8 +18,8 @@ pub enum Command {
 /// Every command with its one-line help.
 pub const COMMANDS: &[(&str, Command, &str)] = &[
     ("new", Command::New, "start a new conversation (the old one is archived)"),
-    ("stop", Command::Stop, "stop the running task; finished tool steps are kept"),
-    ("status", Command::Status, "model, token and context use, session size, uptime, active tasks"),
+    ("stop", Command::Stop, "stop the running task and this chat's subagents; finished tool steps are kept"),
+    ("status", Command::Status, "model, token and context use, session size, uptime, active tasks, running subagents"),
     ("help", Command::Help, "this list"),
 ];
 

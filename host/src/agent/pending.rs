@@ -156,3 +156,61 @@ impl InjectionSource for PendingQueue {
         Box::pin(self.wait())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Instant;
+
+    fn msg(text: &str) -> InboundMessage {
+        InboundMessage::new("chat", "u", "1", text)
+    }
+
+    #[test]
+    fn a_push_after_the_turn_ended_is_given_back() {
+        let queue = PendingQueue::new(2);
+        queue.try_push(msg("a")).unwrap();
+        assert_eq!(queue.take_all().len(), 1);
+        assert_eq!(queue.try_push(msg("late")).unwrap_err().content, "late", "never left in a dead queue");
+    }
+
+    #[tokio::test]
+    async fn the_run_waits_while_kept_alive_and_only_that_long() {
+        let alive = Arc::new(AtomicBool::new(true));
+        let flag = alive.clone();
+        let keep = |bound| KeepAlive { while_: Arc::new({ let f = flag.clone(); move || f.load(Ordering::SeqCst) }), bound };
+        // Nothing to wait for without a keep-alive.
+        assert!(!PendingQueue::new(4).wait_for_more().await);
+
+        // A message that arrives while waiting ends the wait at once.
+        let queue = Arc::new(PendingQueue::new(4).with_keep_alive(keep(Duration::from_secs(10))));
+        let pusher = queue.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            pusher.try_push(msg("result")).unwrap();
+        });
+        let started = Instant::now();
+        assert!(queue.wait_for_more().await);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(queue.drain(3).len(), 1);
+
+        // Bounded: nothing comes, the wait gives up at the bound.
+        let queue = PendingQueue::new(4).with_keep_alive(keep(Duration::from_millis(120)));
+        let started = Instant::now();
+        assert!(!queue.wait_for_more().await);
+        assert!(started.elapsed() >= Duration::from_millis(120));
+
+        // When the subagents are done (and say so with a wake), it stops.
+        let queue = Arc::new(PendingQueue::new(4).with_keep_alive(keep(Duration::from_secs(10))));
+        let waker = queue.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            alive.store(false, Ordering::SeqCst);
+            waker.wake();
+        });
+        let started = Instant::now();
+        assert!(!queue.wait_for_more().await);
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}

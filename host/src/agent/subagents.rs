@@ -176,6 +176,9 @@ impl SubagentManager {
         let (run_cancel, wait) = (cancel.clone(), request.wait);
         let (run_id, run_label, run_task) = (id.clone(), label.clone(), task);
         tokio::spawn(async move {
+            // However the task ends (even by a panic in the run), the
+            // subagent leaves the table and frees its slot.
+            let forget = Forget(this.clone(), run_id.clone());
             let started = Instant::now();
             let outcome = tokio::select! {
                 result = this.runner.run(&spec) => Some(result),
@@ -194,7 +197,9 @@ impl SubagentManager {
             if !wait && let Some(answer) = &answer {
                 this.announce(&run_id, &run_label, &run_task, state, answer);
             }
-            this.finish(&run_id);
+            // Out of the table before a waiting caller hears of the end, so
+            // its next spawn finds the slot free.
+            drop(forget);
             let info = SubagentInfo { id: run_id, label: run_label, state, elapsed_ms: started.elapsed().as_millis() as u64, result: answer };
             let _ = tx.send(info);
         });
@@ -320,6 +325,15 @@ impl SubagentManager {
     }
 }
 
+/// Calls [`SubagentManager::finish`] when dropped.
+struct Forget(Arc<SubagentManager>, String);
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        self.0.finish(&self.1);
+    }
+}
+
 struct Started {
     info: SubagentInfo,
     done: tokio::sync::oneshot::Receiver<SubagentInfo>,
@@ -332,10 +346,13 @@ struct Started {
 pub fn label_for(label: Option<&str>, task: &str) -> String {
     let raw = label.map(str::trim).filter(|l| !l.is_empty()).unwrap_or(task);
     let line: String = raw.split_whitespace().collect::<Vec<_>>().join(" ");
-    let clipped: String = line.chars().filter(|c| !c.is_control()).take(MAX_LABEL_BYTES).collect();
-    let mut label = crate::text::clip(&clipped, MAX_LABEL_BYTES, "label").into_owned();
-    if label.len() < line.len() && !label.ends_with('…') {
-        label.push('…');
+    let mut label = String::new();
+    for c in line.chars().filter(|c| !c.is_control()) {
+        if label.len() + c.len_utf8() > MAX_LABEL_BYTES {
+            label.push('…');
+            break;
+        }
+        label.push(c);
     }
     if label.is_empty() { "subagent".into() } else { label }
 }
