@@ -241,3 +241,29 @@ async fn without_the_agents_grant_spawn_is_refused_by_the_host() {
     let plugin = t.app.catalog.get("agent").unwrap();
     assert!(plugin.grant_notes.iter().any(|n| n.contains("host interface `agents`")), "{:?}", plugin.grant_notes);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashing_tool_ends_a_subagent_but_its_own_error_does_not() {
+    // First spawn: the tool's own error result, then an answer. Second: a
+    // panic in the plugin ends the run there (`fail_on_tool_error`).
+    let mock = two_scripts(
+        vec![
+            calls(&[("spawn", json!({"task": "one", "wait": true}))]),
+            calls(&[("spawn", json!({"task": "two", "label": "crasher", "wait": true}))]),
+            MockReply::text("Done."),
+        ],
+        vec![
+            calls(&[("fail", json!({"text": "nope", "repeat": 1}))]),
+            MockReply::text("recovered"),
+            calls(&[("panic", json!({"message": "kaboom"}))]),
+            MockReply::text("never asked"),
+        ],
+    );
+    let t = TestAgent::new(mock);
+    assert_eq!(t.ask("go").await, "Done.");
+    let main = requests(&t.mock, false);
+    assert_eq!(last_tool_result(&main[1]), "recovered", "an error result is the subagent model's to handle");
+    let crashed = last_tool_result(&main[2]);
+    assert!(crashed.starts_with("Subagent [crasher] failed: Error: ") && crashed.contains("kaboom"), "{crashed}");
+    assert_eq!(requests(&t.mock, true).len(), 3, "no model request after the crash");
+}

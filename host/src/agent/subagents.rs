@@ -189,7 +189,8 @@ impl SubagentManager {
                 Some(result) => {
                     let text = result.final_content.filter(|t| !t.trim().is_empty()).unwrap_or_else(|| NO_ANSWER.to_string());
                     let text = crate::text::clip(&text, this.settings.max_tool_result_chars.max(1000), "subagent answer").into_owned();
-                    let state = if result.stop_reason == StopReason::Error { SubagentState::Failed } else { SubagentState::Completed };
+                    let failed = matches!(result.stop_reason, StopReason::Error | StopReason::ToolError);
+                    let state = if failed { SubagentState::Failed } else { SubagentState::Completed };
                     (state, Some(text))
                 }
             };
@@ -248,6 +249,7 @@ impl SubagentManager {
             checkpoint: None,
             injections: None,
             sink: super::sink::silent(),
+            fail_on_tool_error: true,
         }
     }
 

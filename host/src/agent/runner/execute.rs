@@ -32,6 +32,9 @@ pub struct CallOutcome {
     pub text: String,
     /// Timing and status.
     pub event: ToolEvent,
+    /// The plugin crashed (not its own error result): fatal with
+    /// `fail_on_tool_error`.
+    pub crashed: bool,
 }
 
 /// Run-long counters behind the firm refusals.
@@ -96,6 +99,7 @@ async fn run_one(spec: &AgentRunSpec, call: &ToolCall, refusal: Option<String>) 
     spec.sink.tool_started(call);
     let started = Instant::now();
     let name = &call.function.name;
+    let mut crashed = false;
     let (text, ok) = match refusal {
         Some(refusal) => (refusal, false),
         None => {
@@ -103,12 +107,15 @@ async fn run_one(spec: &AgentRunSpec, call: &ToolCall, refusal: Option<String>) 
             let args = Value::String(call.function.arguments.clone());
             match spec.tools.call(name, &args, &ctx, Some(progress_to_sink(spec, call))).await {
                 Ok(text) => (save_if_oversized(spec, call, text), true),
-                Err(e) => (format!("Error: {e}\n\n[Analyze the error above and try a different approach.]"), false),
+                Err(e) => {
+                    crashed = matches!(&e, crate::tools::ToolError::Plugin(p) if !matches!(p, crate::plugins::PluginError::Tool { .. }));
+                    (format!("Error: {e}\n\n[Analyze the error above and try a different approach.]"), false)
+                }
             }
         }
     };
     spec.sink.tool_finished(call, ok);
-    CallOutcome { event: ToolEvent { name: name.clone(), call_id: call.id.clone(), ok, duration: started.elapsed() }, text }
+    CallOutcome { event: ToolEvent { name: name.clone(), call_id: call.id.clone(), ok, duration: started.elapsed() }, text, crashed }
 }
 
 /// Hands the plugin's `host.progress` texts (budgeted and escaped by the

@@ -106,7 +106,14 @@ impl AgentRunner {
                 // Moved, not cloned: the arguments may be megabytes.
                 let mut response = response;
                 let calls: Vec<ToolCall> = std::mem::take(&mut response.tool_calls).into_iter().filter(named).collect();
-                self.run_tools(run, iteration, response.content.filter(|c| !c.trim().is_empty()), calls).await;
+                if let Some(crash) = self.run_tools(run, iteration, response.content.filter(|c| !c.trim().is_empty()), calls).await {
+                    let text = format!("Error: {crash}");
+                    run.messages.push(Message::assistant(text.clone()));
+                    run.checkpoint(CheckpointPhase::FinalResponse, iteration, &[]);
+                    let mut result = run.finish(Some(text), StopReason::ToolError);
+                    result.error = Some(crash);
+                    return result;
+                }
                 run.inject(INJECTIONS_PER_DRAIN);
                 continue;
             }
@@ -160,17 +167,23 @@ impl AgentRunner {
     /// Appends the assistant's calls, runs them, appends the results, with a
     /// checkpoint before and after. Calls over the arguments cap are
     /// bounded first: they are refused, and only their bounded form is kept.
-    async fn run_tools(&self, run: &mut Run<'_>, iteration: usize, text: Option<String>, mut calls: Vec<ToolCall>) {
+    /// Returns the first crash when the spec makes crashes fatal.
+    async fn run_tools(&self, run: &mut Run<'_>, iteration: usize, text: Option<String>, mut calls: Vec<ToolCall>) -> Option<String> {
         let refusals: Vec<Option<String>> = calls.iter_mut().map(|call| bound_call(call, run.spec.max_tool_args_bytes)).collect();
         run.messages.push(Message::assistant_calls(text, calls.clone()));
         run.checkpoint(CheckpointPhase::AwaitingTools, iteration, &calls);
         let outcomes = run_calls(run.spec, &calls, refusals, &mut run.guards).await;
+        let mut crash = None;
         for (call, outcome) in calls.iter().zip(outcomes) {
+            if outcome.crashed && run.spec.fail_on_tool_error && crash.is_none() {
+                crash = outcome.text.split("\n\n[Analyze").next().map(|t| t.trim_start_matches("Error: ").to_string());
+            }
             run.tools_used.push(call.function.name.clone());
             run.messages.push(Message::tool_result(&call.id, &call.function.name, outcome.text));
             run.tool_events.push(outcome.event);
         }
         run.checkpoint(CheckpointPhase::ToolsCompleted, iteration, &[]);
+        crash
     }
 
     /// Turns a no-tools response into the final text: blank answers get a
@@ -231,7 +244,8 @@ impl AgentRunner {
 
 impl Run<'_> {
     /// Takes up to `max` injected messages (and at most [`INJECTION_CYCLES`]
-    /// drains per run); consecutive user messages are merged.
+    /// drains per run); consecutive user messages are merged, except an
+    /// internal event's.
     fn inject(&mut self, max: usize) -> bool {
         let Some(source) = &self.spec.injections else { return false };
         if self.injection_cycles >= INJECTION_CYCLES && max != usize::MAX {
@@ -244,8 +258,11 @@ impl Run<'_> {
         self.injection_cycles += 1;
         self.had_injections = true;
         for message in injected {
+            // An internal event (a subagent's result) stays its own message:
+            // merged, it would lose the task id the session dedups on.
+            let event = |m: &Message| m.meta.contains_key(crate::agent::subagents::INJECTED_EVENT);
             match self.messages.last_mut() {
-                Some(last) if last.role == Role::User && message.role == Role::User && last.tool_calls.is_empty() => {
+                Some(last) if last.role == Role::User && message.role == Role::User && last.tool_calls.is_empty() && !event(last) && !event(&message) => {
                     let merged = format!("{}\n\n{}", last.text(), message.text());
                     last.content = Some(merged);
                 }

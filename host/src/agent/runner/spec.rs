@@ -51,6 +51,11 @@ pub struct AgentRunSpec {
     /// Receives the run's output as it happens: its start, answer text
     /// (when the sink streams), tool starts, plugin progress, tool ends.
     pub sink: Arc<dyn TurnSink>,
+    /// A tool that crashed (trapped, timed out, ran out of memory: not a
+    /// tool's own error result) ends the run with [`StopReason::ToolError`].
+    /// Off for a turn (the model tries something else); on for a subagent,
+    /// whose run nobody watches.
+    pub fail_on_tool_error: bool,
 }
 
 /// Why a run ended.

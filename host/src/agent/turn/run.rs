@@ -55,6 +55,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         checkpoint,
         injections: ctx.pending.clone().map(|p| p as Arc<dyn InjectionSource>),
         sink: ctx.sink.clone(),
+        fail_on_tool_error: false,
     };
     let result = core.runner.run(&spec).await;
     drop(spec);
