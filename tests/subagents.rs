@@ -267,3 +267,20 @@ async fn a_crashing_tool_ends_a_subagent_but_its_own_error_does_not() {
     assert!(crashed.starts_with("Subagent [crasher] failed: Error: ") && crashed.contains("kaboom"), "{crashed}");
     assert_eq!(requests(&t.mock, true).len(), 3, "no model request after the crash");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_config_sets_a_subagents_tools_and_whether_it_may_spawn() {
+    let mock = two_scripts(
+        vec![calls(&[("spawn", json!({"task": "look", "wait": true}))]), MockReply::text("Done.")],
+        vec![calls(&[("spawn", json!({"task": "nested"}))]), MockReply::text("could not nest")],
+    );
+    // `spawn` listed but not allowed: left out, and refused if called anyway.
+    let t = TestAgent::with_config(mock, "\n[agent.subagents]\ntools = [\"read_file\", \"spawn\"]\n");
+    assert_eq!(t.ask("go").await, "Done.");
+    let sub = requests(&t.mock, true);
+    let tools: Vec<&str> = sub[0]["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert_eq!(tools, ["read_file"]);
+    let refused = last_tool_result(&sub[1]);
+    assert!(refused.contains("unknown tool `spawn`"), "not in its registry: {refused}");
+    assert!(t.agent.core().services.subagents().unwrap().tools().spec("spawn").is_none());
+}
