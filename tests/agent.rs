@@ -45,7 +45,7 @@ async fn a_full_turn_through_the_real_fs_plugin() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_trace_records_every_state() {
     let t = TestAgent::new(MockLlm::start(vec![MockReply::text("hi")]));
-    let TurnOutcome::Done(ctx) = t.agent.process_direct("hello", "cli:test", None).await else { panic!("turn failed") };
+    let TurnOutcome::Done(ctx) = t.agent.process_direct("hello", "cli:test", t.recorder.clone()).await else { panic!("turn failed") };
     let states: Vec<TurnState> = ctx.trace.iter().map(|e| e.state).collect();
     use TurnState::*;
     assert_eq!(states, [Restore, Compact, Command, Build, Run, Save, Respond]);
@@ -185,7 +185,7 @@ async fn max_iterations_ends_with_a_summary_without_tools() {
         if request.get("tools").is_some() { MockReply::tool_call("echo", json!({"text": "again"}).to_string()) } else { MockReply::text("I echoed twice; nothing remains.") }
     });
     let t = TestAgent::with_config(mock, "max_iterations = 2");
-    let TurnOutcome::Done(ctx) = t.agent.process_direct("loop", "cli:test", None).await else { panic!() };
+    let TurnOutcome::Done(ctx) = t.agent.process_direct("loop", "cli:test", t.recorder.clone()).await else { panic!() };
     assert_eq!(ctx.outbound.unwrap().content, "I echoed twice; nothing remains.");
     assert_eq!(ctx.stop_reason, Some(chitin::agent::StopReason::MaxIterations));
     assert_eq!(t.mock.request_count(), 3);

@@ -103,7 +103,7 @@ async fn agent(mock: &MockLlm, home: &std::path::Path, extra_agent: &str) -> Age
     std::fs::write(home.join("config.toml"), config).unwrap();
     let app = App::open(DataDir::at(home), AppOptions { extra_plugins: vec![HELLO_WASM.into()], ..Default::default() }).unwrap();
     let provider = OpenAiProvider::new(OpenAiOptions { base_url: mock.base_url(), retry: RetryPolicy::none(), stream: false, ..OpenAiOptions::default() }).unwrap();
-    let core = app.agent_core(Arc::new(provider), Arc::new(MessageBus::new()), Vec::new());
+    let core = app.agent_core(Arc::new(provider), Arc::new(MessageBus::new()));
     for plugin in app.catalog.iter() {
         app.runtime.prepare(plugin).await.unwrap();
     }
@@ -117,7 +117,7 @@ async fn turn(agent: &AgentLoop, session: &str, text: &str) -> Duration {
 /// A turn's wall time and its per-state trace (state, ms).
 async fn timed_turn(agent: &AgentLoop, session: &str, text: &str) -> (Duration, Vec<(String, f64)>) {
     let started = Instant::now();
-    match agent.process_direct(text, session, None).await {
+    match agent.process_direct(text, session, chitin::agent::sink::silent()).await {
         TurnOutcome::Done(ctx) => (started.elapsed(), ctx.trace.iter().map(|e| (format!("{:?}", e.state), e.duration_ms)).collect()),
         _ => panic!("turn failed"),
     }

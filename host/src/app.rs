@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::agent::AgentCore;
 use crate::agent::context::ContextBuilder;
-use crate::agent::runner::{AgentHook, AgentRunner};
+use crate::agent::runner::AgentRunner;
 use crate::bus::MessageBus;
 use crate::compact::{AutoCompact, ConsolidationSettings, Consolidator, HistoryArchive, SummaryLimits, SystemClock};
 use crate::config::{Config, ConfigError, DataDir};
@@ -117,9 +117,9 @@ impl App {
         Ok(Arc::new(provider))
     }
 
-    /// The agent's shared services over `provider`, with `hooks` added to
-    /// every run.
-    pub fn agent_core(&self, provider: Arc<dyn Provider>, bus: Arc<MessageBus>, hooks: Vec<Arc<dyn AgentHook>>) -> AgentCore {
+    /// The agent's shared services over `provider`. What a turn shows while
+    /// it runs goes to the sink its caller passes (`AgentLoop::process`).
+    pub fn agent_core(&self, provider: Arc<dyn Provider>, bus: Arc<MessageBus>) -> AgentCore {
         let agent = &self.config.agent;
         let archive = HistoryArchive::new(&self.workspace);
         let consolidator = Consolidator::new(provider.clone(), agent.model.clone(), archive.clone(), ConsolidationSettings::from_config(agent));
@@ -141,7 +141,6 @@ impl App {
             context: ContextBuilder::new(self.workspace.clone()),
             workspace: self.workspace.clone(),
             bus,
-            hooks,
             started_at: std::time::Instant::now(),
             active,
             services,

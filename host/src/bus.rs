@@ -30,6 +30,20 @@ pub const TURN_FAILED: &str = "_failed";
 /// `{"prompt_tokens", "completion_tokens"}`, when the provider reported it.
 pub const USAGE: &str = "usage";
 
+/// Outbound metadata keys of a tool's `Progress` event (see
+/// `agent::responder`): the tool's name, the model's call id, and the
+/// phase: `"started"` (the content is `name(arguments preview)`),
+/// `"progress"` (the content is the plugin's `host.progress` text) or
+/// `"finished"` (no content; [`PROGRESS_OK`] says how it ended). A
+/// `Progress` event without them is the turn's own "running" hint.
+pub const PROGRESS_TOOL: &str = "tool";
+/// See [`PROGRESS_TOOL`].
+pub const PROGRESS_CALL_ID: &str = "call_id";
+/// See [`PROGRESS_TOOL`].
+pub const PROGRESS_PHASE: &str = "phase";
+/// See [`PROGRESS_TOOL`]: `true` when the finished call produced a result.
+pub const PROGRESS_OK: &str = "ok";
+
 /// A message arriving from a channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InboundMessage {

@@ -43,7 +43,8 @@
 //!   metadata record wins on load, and the file is rewritten compactly now
 //!   and then (see `session::store`).
 //! - The CLI is not a bus channel: it calls `AgentLoop::process_direct`, as
-//!   the spec says, and Ctrl-C maps to the same stop as `/stop`.
+//!   the spec says, with its own `TurnSink` (stderr hints) instead of the
+//!   bus responder, and Ctrl-C maps to the same stop as `/stop`.
 
 pub mod agent;
 pub mod app;

@@ -168,7 +168,8 @@ async fn agent_replies_and_tool_hints_are_shown_escaped() {
     let hostile_args = format!("{{\"path\":\"{HOSTILE_TEXT}\"}}");
     let mock = MockLlm::start(vec![MockReply::tool_call("list_dir", hostile_args), MockReply::text(format!("done {HOSTILE_TEXT}"))]);
     let home = tempfile::tempdir().unwrap();
-    let out = run(chitin(home.path(), &["agent", "-m", "list"]).env("OPENAI_BASE_URL", mock.base_url()));
+    // stderr is a pipe here: hints are shown only when asked for.
+    let out = run(chitin(home.path(), &["agent", "-m", "list", "--progress"]).env("OPENAI_BASE_URL", mock.base_url()));
     assert!(out.status.success(), "{}", stderr(&out));
     assert_terminal_safe(&out.stdout, "reply");
     assert_terminal_safe(&out.stderr, "hints");
@@ -177,6 +178,40 @@ async fn agent_replies_and_tool_hints_are_shown_escaped() {
     let hint = stderr(&out).lines().find(|l| l.contains("↳ list_dir(")).map(str::to_string);
     let hint = hint.unwrap_or_else(|| panic!("no tool hint: {}", stderr(&out)));
     assert!(hint.contains("\\x1b]0;owned\\x07"), "{hint}");
+}
+
+/// Plugin progress through the agent: the hostile guest's `progress_flood`
+/// sends 500 texts of 5 KB with terminal controls; `chitin agent
+/// --progress` shows one of them, cut to a line and escaped, and the note
+/// of how many were dropped, on stderr; stdout has only the reply.
+/// Without `--progress` (stderr not a terminal) neither hints nor progress.
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_shows_plugin_progress_on_stderr_escaped_and_budgeted() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("config.toml"), "[plugins.hostile]\nworkspace = \"read\"\n").unwrap();
+    let out = run(chitin(home.path(), &["plugin", "install", HOSTILE_WASM]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let flood = json!({"text": format!("{HOSTILE_TEXT}{}", "x".repeat(5000)), "count": 500}).to_string();
+    let script = || vec![MockReply::tool_call("progress_flood", flood.clone()), MockReply::text("flooded")];
+
+    let mock = MockLlm::start(script());
+    let out = run(chitin(home.path(), &["agent", "-m", "flood", "--progress"]).env("OPENAI_BASE_URL", mock.base_url()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim_end(), "flooded");
+    assert_terminal_safe(&out.stderr, "progress");
+    let text = stderr(&out);
+    let progress: Vec<&str> = text.lines().filter(|l| l.contains("… progress_flood: ")).collect();
+    assert_eq!(progress.len(), 2, "one text and the dropped note: {text}");
+    assert!(progress[0].contains(&format!("progress_flood: {HOSTILE_SHOWN}xxx")), "{}", progress[0]);
+    assert!(progress[0].len() < 1300, "cut to a line: {} bytes", progress[0].len());
+    assert!(progress[1].ends_with("[progress cut: 499 updates dropped]"), "{}", progress[1]);
+    assert!(text.contains("↳ progress_flood("), "the tool start: {text}");
+
+    let mock = MockLlm::start(script());
+    let out = run(chitin(home.path(), &["agent", "-m", "flood"]).env("OPENAI_BASE_URL", mock.base_url()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim_end(), "flooded");
+    assert!(!stderr(&out).contains("progress_flood"), "quiet without --progress: {}", stderr(&out));
 }
 
 // ---------------------------------------------------------------- broken pipe

@@ -331,3 +331,33 @@ async fn a_client_that_goes_away_stops_its_turn() {
     let history = texts(&mock.requests()[1], "user");
     assert!(history[0].contains("take forever"), "the stopped turn's message is kept: {history:?}");
 }
+
+/// A tool's progress goes to the bus as `Progress` events; OpenAI's stream
+/// has no such thing, so the API leaves them out: the stream is the reply's
+/// chunks and `[DONE]`, and nothing of the plugin's progress text.
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_progress_stays_out_of_the_api_stream() {
+    let mock = MockLlm::start(vec![MockReply::tool_call("echo", json!({"text": "hi"}).to_string()), MockReply::text("echoed it")]);
+    let home = tempfile::tempdir().unwrap();
+    let install = run(chitin(home.path(), &["plugin", "install", HOSTILE_WASM]));
+    assert!(install.status.success(), "{}", stderr(&install));
+    let mut gw = Gateway::start(home.path(), &mock, "");
+    let response = client()
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"stream": true, "messages": [{"role": "user", "content": "echo hi"}], "user": "progress"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let body = response.text().await.unwrap();
+    assert!(!body.contains("echoing") && !body.contains("running") && !body.contains("call_id"), "{body}");
+    let events: Vec<&str> = body.split("\n\n").filter(|e| !e.is_empty()).map(|e| e.strip_prefix("data: ").expect("data lines only")).collect();
+    assert_eq!(*events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"), "{body}");
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(text, "echoed it");
+    assert_eq!(texts(&mock.requests()[1], "tool"), ["hi"], "the tool ran");
+    assert!(gw.sigterm().success(), "{}", gw.stderr());
+}

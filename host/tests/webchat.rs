@@ -41,7 +41,12 @@ fn last_user(request: &Value) -> String {
 fn mock() -> MockLlm {
     MockLlm::with_handler(|request, _| {
         let said = last_user(request);
-        if said.contains("hang please") {
+        let after_tool = request["messages"].as_array().and_then(|m| m.last()).is_some_and(|m| m["role"] == "tool");
+        if after_tool {
+            MockReply::text("The tool ran. TOOL-DONE")
+        } else if said.contains("tool please") {
+            MockReply::tool_call("echo", json!({"text": "hi"}).to_string())
+        } else if said.contains("hang please") {
             MockReply::Hang
         } else if said.contains("second") {
             MockReply::text(SECOND)
@@ -124,6 +129,9 @@ async fn a_browser_streams_a_reply_renders_it_safely_switches_sessions_stops_and
     require_browser();
     let mock = mock();
     let home = tempfile::tempdir().unwrap();
+    // The hostile guest's `echo` reports progress, for the tool hint step.
+    let install = run(chitin(home.path(), &["plugin", "install", HOSTILE_WASM]));
+    assert!(install.status.success(), "{}", stderr(&install));
     let gw = Gateway::start(home.path(), &mock);
     let base = gw.base.clone();
     let out = tokio::task::spawn_blocking(move || {
@@ -198,6 +206,13 @@ async fn a_browser_streams_a_reply_renders_it_safely_switches_sessions_stops_and
 
     // `/stop` typed in the box stopped the hanging turn.
     assert_eq!(r["stopNotice"], "Stopped.", "{context}");
+
+    // A tool's progress: one hint for the call, showing the plugin's text
+    // (`host.progress`), marked done, gone with the turn.
+    assert_eq!(r["toolHint"]["text"], "↳ echo: echoing", "{context}");
+    assert!(r["toolHint"]["call"].as_str().is_some_and(|c| !c.is_empty()), "{context}");
+    assert_eq!(r["toolHint"]["hints"], 2, "the turn's hint and one per call: {context}");
+    assert_eq!(r["hintsAfterToolTurn"], 0, "{context}");
     assert_eq!(r["stopped"], true);
 
     // A reload keeps the token and the session.
@@ -247,4 +262,53 @@ async fn sigterm_stops_a_hanging_web_turn_within_the_drain_grace() {
     // loop's 60 s flush limit.
     assert!(started.elapsed() < Duration::from_secs(12), "{:?}", started.elapsed());
     assert!(gw.stderr().contains("stopped 1 running turn(s), finished tool steps kept: web:s1"), "{}", gw.stderr());
+}
+
+/// The page's event stream carries a tool's progress: the hostile guest's
+/// `echo` reports "echoing" through `host.progress`, and the SSE stream of
+/// the session shows the tool's start, that text and its end, each naming
+/// the tool and the call, between the turn's "running" hint and its reply.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_event_stream_carries_tool_progress_naming_the_call() {
+    let mock = MockLlm::start(vec![MockReply::tool_call("echo", json!({"text": "hi"}).to_string()), MockReply::text("echoed")]);
+    let home = tempfile::tempdir().unwrap();
+    let install = run(chitin(home.path(), &["plugin", "install", HOSTILE_WASM]));
+    assert!(install.status.success(), "{}", stderr(&install));
+    let gw = Gateway::start(home.path(), &mock);
+    let http = reqwest::Client::new();
+    let response = http.get(gw.url("/chat/events?session=prog")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let mut stream = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut events: Vec<Value> = Vec::new();
+    let mut sent = false;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !events.iter().any(|e| e["kind"] == "turn_end") {
+        assert!(std::time::Instant::now() < deadline, "no turn_end in time: {events:#?}\n{}", gw.stderr());
+        let piece = tokio::time::timeout(Duration::from_secs(20), futures::StreamExt::next(&mut stream)).await.expect("an event in time");
+        buffer.push_str(std::str::from_utf8(&piece.unwrap().unwrap()).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            if let Some(data) = frame.trim().strip_prefix("data: ") {
+                events.push(serde_json::from_str(data).unwrap());
+            }
+        }
+        if !sent && events.iter().any(|e| e["kind"] == "ready") {
+            let posted = http.post(gw.url("/chat/send")).bearer_auth(TOKEN).json(&json!({"session": "prog", "text": "echo hi"})).send().await.unwrap();
+            assert_eq!(posted.status().as_u16(), 202);
+            sent = true;
+        }
+    }
+    let progress: Vec<&Value> = events.iter().filter(|e| e["kind"] == "progress").collect();
+    assert_eq!(progress[0]["text"], "running", "{progress:#?}");
+    let tool: Vec<(&str, &str)> = progress[1..].iter().map(|e| (e["phase"].as_str().unwrap(), e["text"].as_str().unwrap())).collect();
+    assert_eq!(tool, [("started", r#"echo({"text":"hi"})"#), ("progress", "echoing"), ("finished", "")], "{progress:#?}");
+    for event in &progress[1..] {
+        assert_eq!(event["tool"], "echo");
+        assert_eq!(event["call_id"], progress[1]["call_id"]);
+        assert!(event["call_id"].as_str().is_some_and(|id| !id.is_empty()));
+    }
+    assert_eq!(progress[3]["ok"], true);
+    let reply = events.iter().find(|e| e["kind"] == "message").unwrap();
+    assert_eq!(reply["text"], "echoed");
 }

@@ -4,8 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chitin::agent::runner::AgentHook;
-use chitin::agent::{AgentCore, AgentLoop, TurnOutcome};
+use chitin::agent::{AgentCore, AgentLoop, TurnOutcome, TurnSink};
 use chitin::app::{App, AppOptions};
 use chitin::bus::MessageBus;
 use chitin::config::DataDir;
@@ -15,21 +14,38 @@ use chitin::testing::MockLlm;
 
 use crate::HOSTILE_WASM;
 
-/// Records tool events in order, for batching and progress assertions.
+/// The turn sink of [`TestAgent::ask`]: records what the turn reports, in
+/// order, for batching and progress assertions.
 #[derive(Default)]
 pub struct Recorder {
-    /// `before:<tool>:<id>` / `after:<tool>:<id>` lines.
+    /// `run`, `before:<tool>:<id>`, `progress:<tool>:<id>:<text>`,
+    /// `after:<tool>:<id>:<ok>` and `delta:<text>` lines.
     pub events: Mutex<Vec<String>>,
 }
 
-impl AgentHook for Recorder {
-    fn before_tool(&self, call: &ToolCall) -> Result<(), String> {
-        self.events.lock().unwrap().push(format!("before:{}:{}", call.function.name, call.id));
-        Ok(())
+impl Recorder {
+    fn push(&self, event: String) {
+        self.events.lock().unwrap().push(event);
     }
-    fn after_tool(&self, call: &ToolCall, _result: &str, _ok: bool) -> Result<(), String> {
-        self.events.lock().unwrap().push(format!("after:{}:{}", call.function.name, call.id));
-        Ok(())
+
+    /// The recorded events.
+    pub fn events(&self) -> Vec<String> {
+        self.events.lock().unwrap().clone()
+    }
+}
+
+impl TurnSink for Recorder {
+    fn run_started(&self) {
+        self.push("run".into());
+    }
+    fn tool_started(&self, call: &ToolCall) {
+        self.push(format!("before:{}:{}", call.function.name, call.id));
+    }
+    fn tool_progress(&self, call: &ToolCall, text: &str) {
+        self.push(format!("progress:{}:{}:{text}", call.function.name, call.id));
+    }
+    fn tool_finished(&self, call: &ToolCall, ok: bool) {
+        self.push(format!("after:{}:{}:{ok}", call.function.name, call.id));
     }
 }
 
@@ -41,7 +57,7 @@ pub struct TestAgent {
     pub agent: AgentLoop,
     /// The bus the loop serves.
     pub bus: Arc<MessageBus>,
-    /// Tool events.
+    /// What the turns of [`TestAgent::ask`] reported.
     pub recorder: Arc<Recorder>,
     /// The assembled host.
     pub app: App,
@@ -99,7 +115,7 @@ impl TestAgent {
         .expect("provider");
         let bus = Arc::new(MessageBus::new());
         let recorder = Arc::new(Recorder::default());
-        let mut core = app.agent_core(Arc::new(provider), bus.clone(), vec![recorder.clone()]);
+        let mut core = app.agent_core(Arc::new(provider), bus.clone());
         customize(&mut core);
         TestAgent { mock, agent: AgentLoop::new(Arc::new(core)), bus, recorder, app, home }
     }
@@ -109,9 +125,10 @@ impl TestAgent {
         self.ask_in("cli:test", text).await
     }
 
-    /// Sends `text` to `session` and returns the reply text.
+    /// Sends `text` to `session` and returns the reply text; the turn's
+    /// output goes to [`TestAgent::recorder`].
     pub async fn ask_in(&self, session: &str, text: &str) -> String {
-        match self.agent.process_direct(text, session, None).await {
+        match self.agent.process_direct(text, session, self.recorder.clone()).await {
             TurnOutcome::Done(ctx) => ctx.outbound.map(|o| o.content).unwrap_or_default(),
             TurnOutcome::Cancelled => panic!("turn cancelled"),
             TurnOutcome::Failed(e) => panic!("turn failed: {e}"),

@@ -6,8 +6,10 @@
 //! - A message for a session with a running turn goes to that turn's pending
 //!   queue (injected by the runner); a full queue falls back to a task that
 //!   waits for the lock.
-//! - `dispatch`: per-session lock (serial within a session), then the global
-//!   semaphore (concurrency across sessions). On `/stop` it writes the
+//! - `dispatch`: a [`BusResponder`] as the turn's sink, so its output goes
+//!   back to the message's chat; then `process`: per-session lock (serial
+//!   within a session), then the global semaphore (concurrency across
+//!   sessions). On `/stop` it writes the
 //!   runner's checkpoint into the session; on error it apologises; on every
 //!   exit it re-publishes what is left in the pending queue.
 
@@ -23,8 +25,9 @@ use super::commands::{self, Command, Parsed};
 use super::core::AgentCore;
 use super::pending::PendingQueue;
 use super::turn::{self, TurnContext, TurnError, materialize_checkpoint};
-use crate::bus::{InboundMessage, OutboundKind, OutboundMessage};
-use crate::provider::StreamSink;
+use super::responder::BusResponder;
+use super::sink::TurnSink;
+use crate::bus::{InboundMessage, OutboundMessage};
 
 /// How long `run` waits on the bus before doing housekeeping.
 const INBOUND_POLL: Duration = Duration::from_secs(1);
@@ -225,47 +228,28 @@ impl AgentLoop {
         }
     }
 
-    /// Handles one message: runs the turn and publishes the reply (or an
-    /// apology), then re-publishes anything left in the pending queue.
+    /// Handles one message from the bus: runs the turn with a
+    /// [`BusResponder`] as its sink, so the progress, the reply (or an
+    /// apology) and `TurnEnd` go back to the message's chat.
     pub async fn dispatch(&self, message: InboundMessage) {
-        let stream = self.core.settings.stream.then(|| self.stream_to_bus(&message));
-        let to = message.clone();
-        match self.process(message, stream.clone()).await {
-            TurnOutcome::Done(ctx) => {
-                if let Some(reply) = ctx.outbound {
-                    if stream.is_some() && matches!(reply.kind, OutboundKind::Message { streamed: true }) {
-                        self.core.bus.publish_outbound(OutboundMessage::event(&to, OutboundKind::StreamEnd, ""));
-                    }
-                    self.core.bus.publish_outbound(reply);
-                }
-            }
-            TurnOutcome::Cancelled => {}
-            TurnOutcome::Failed(_) => {
-                let mut apology = OutboundMessage::reply(&to.channel, &to.chat_id, APOLOGY);
-                apology.metadata.insert(crate::bus::TURN_FAILED.into(), serde_json::Value::Bool(true));
-                self.core.bus.publish_outbound(apology);
-            }
-        }
-        self.core.bus.publish_outbound(OutboundMessage::event(&to, OutboundKind::TurnEnd, ""));
-    }
-
-    fn stream_to_bus(&self, message: &InboundMessage) -> StreamSink {
-        let bus = self.core.bus.clone();
-        let to = message.clone();
-        Arc::new(move |delta: &str| bus.publish_outbound(OutboundMessage::event(&to, OutboundKind::StreamDelta, delta)))
+        let responder = BusResponder::new(self.core.bus.clone(), &message, self.core.settings.stream);
+        let outcome = self.process(message, responder.clone()).await;
+        responder.finish(&outcome);
     }
 
     /// Builds the inbound message for `content` and runs the same turn under
-    /// the same lock as bus messages. Used by the CLI.
-    pub async fn process_direct(&self, content: &str, session_key: &str, stream: Option<StreamSink>) -> TurnOutcome {
+    /// the same lock as bus messages, its output going to `sink` only. Used
+    /// by the CLI.
+    pub async fn process_direct(&self, content: &str, session_key: &str, sink: Arc<dyn TurnSink>) -> TurnOutcome {
         let (channel, chat_id) = session_key.split_once(':').unwrap_or(("cli", session_key));
         let mut message = InboundMessage::new(channel, "user", chat_id, content);
         message.session_key_override = Some(session_key.to_string());
-        self.process(message, stream).await
+        self.process(message, sink).await
     }
 
-    /// Runs one turn under the session lock and the global semaphore.
-    pub async fn process(&self, message: InboundMessage, stream: Option<StreamSink>) -> TurnOutcome {
+    /// Runs one turn under the session lock and the global semaphore; its
+    /// output goes to `sink` as it happens.
+    pub async fn process(&self, message: InboundMessage, sink: Arc<dyn TurnSink>) -> TurnOutcome {
         let key = message.session_key();
         let lock = self.lock_for(&key);
         let serial = lock.lock().await;
@@ -277,7 +261,7 @@ impl AgentLoop {
         self.core.active.insert(&key, active.clone());
         let mut ctx = TurnContext::new(message);
         ctx.pending = Some(active.pending.clone());
-        ctx.stream = stream;
+        ctx.sink = sink;
         let outcome = tokio::select! {
             result = turn::drive(&self.core, &mut ctx) => match result {
                 Ok(()) => {

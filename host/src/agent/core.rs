@@ -9,7 +9,7 @@ use chrono::Utc;
 
 use super::active::ActiveTurns;
 use super::context::{ArchiveContext, ContextBuilder, RuntimeFacts};
-use super::runner::{AgentHook, AgentRunner};
+use super::runner::AgentRunner;
 use crate::bus::MessageBus;
 use crate::compact::{AutoCompact, Consolidator};
 use crate::config::AgentConfig;
@@ -32,8 +32,6 @@ pub struct AgentCore {
     pub workspace: crate::workspace::Workspace,
     /// The bus the loop serves.
     pub bus: Arc<MessageBus>,
-    /// Observers added to every run (progress display, tests).
-    pub hooks: Vec<Arc<dyn AgentHook>>,
     /// For `/status`.
     pub started_at: Instant,
     /// Turns running now, by session.

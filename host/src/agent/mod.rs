@@ -3,6 +3,13 @@
 //! Read in the order a message flows: [`agent_loop`] (dispatch, locks,
 //! pending injection) → [`turn`] (the state machine) → [`context`] (prompt
 //! assembly) → [`runner`] (the ReAct loop and its governance).
+//!
+//! A turn's output leaves by one seam, [`sink::TurnSink`]: the caller of
+//! `AgentLoop::process` passes one, the runner reports the run's start,
+//! streamed text, tool starts, plugin progress and tool ends to it, and the
+//! caller gets the reply back as the [`TurnOutcome`]. A bus message gets a
+//! [`responder::BusResponder`] (events back to its chat, for the gateway's
+//! router); `chitin agent` passes its stderr display.
 
 pub mod active;
 pub mod agent_loop;
@@ -10,12 +17,16 @@ pub mod commands;
 pub mod context;
 pub mod core;
 pub mod pending;
+pub mod responder;
 pub mod runner;
 pub mod services;
+pub mod sink;
 pub mod skills;
 pub mod turn;
 
 pub use agent_loop::{AgentLoop, TurnOutcome};
 pub use core::AgentCore;
+pub use responder::BusResponder;
 pub use runner::{AgentRunResult, AgentRunSpec, AgentRunner, StopReason};
+pub use sink::TurnSink;
 pub use turn::{StateTraceEntry, TurnContext, TurnState};

@@ -1,9 +1,14 @@
 //! `chitin agent`: one message (`-m`) or an interactive chat.
 //!
-//! The reply goes to stdout; progress and tool hints go to stderr behind a
-//! spinner, so `chitin agent -m ... > answer.txt` captures only the answer.
-//! Everything shown is the model's text (replies, tool names and arguments,
-//! errors that quote tools): control characters are shown as escapes.
+//! The reply goes to stdout; what the turn does meanwhile goes to stderr, so
+//! `chitin agent -m ... > answer.txt` captures only the answer. The turn's
+//! [`TurnSink`] here is [`Progress`]: a spinner, and a line per tool start
+//! (`↳ name(arguments)`) and per progress text the plugin reports
+//! (`… name: text`). The lines are shown when stderr is a terminal, or with
+//! `--progress` (scripts that read stderr for errors get no chatter unless
+//! they ask). Everything shown is the model's or a plugin's text (replies,
+//! tool names and arguments, progress, errors that quote tools): control
+//! characters are shown as escapes.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -15,14 +20,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
-use chitin::agent::runner::AgentHook;
+use chitin::agent::sink::{TurnSink, args_preview, tool_name};
 use chitin::agent::{AgentLoop, TurnOutcome};
 use chitin::app::AppOptions;
 use chitin::bus::MessageBus;
 use chitin::config::DataDir;
 use chitin::session::ToolCall;
 
-use super::{for_terminal, shown};
+use super::for_terminal;
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
@@ -34,18 +39,25 @@ pub struct AgentArgs {
     /// Session name; messages of one session share history.
     #[arg(short, long, default_value = "cli:direct")]
     session: String,
+    /// Show tool starts and the tools' progress on stderr even when stderr
+    /// is not a terminal (on a terminal they are always shown).
+    #[arg(long)]
+    progress: bool,
 }
 
-/// Shows what the agent is doing on stderr.
+/// Shows what the agent is doing on stderr: the turn's sink.
 struct Progress {
     spinner: ProgressBar,
+    /// Whether tool and progress lines are printed.
+    lines: bool,
 }
 
 impl Progress {
-    fn new() -> Arc<Self> {
-        let spinner = if std::io::stderr().is_terminal() { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
+    fn new(forced: bool) -> Arc<Self> {
+        let terminal = std::io::stderr().is_terminal();
+        let spinner = if terminal { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
         spinner.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
-        Arc::new(Progress { spinner })
+        Arc::new(Progress { spinner, lines: terminal || forced })
     }
 
     fn start(&self) {
@@ -63,6 +75,9 @@ impl Progress {
     /// A line above the spinner; straight to stderr when there is no
     /// spinner (stderr is not a terminal: indicatif would drop the line).
     fn line(&self, text: &str) {
+        if !self.lines {
+            return;
+        }
         if self.spinner.is_hidden() {
             errln!("{text}");
         } else {
@@ -71,35 +86,32 @@ impl Progress {
     }
 }
 
-/// Longest part of a tool call's arguments shown in its hint, in characters.
-const HINT_ARGS: usize = 80;
-
-impl AgentHook for Progress {
-    fn before_tool(&self, call: &ToolCall) -> Result<(), String> {
+impl TurnSink for Progress {
+    fn tool_started(&self, call: &ToolCall) {
         // The name and the arguments are the model's: escaped, one line.
-        let arguments = &call.function.arguments;
-        let mut args: String = arguments.chars().take(HINT_ARGS).collect();
-        if args.len() < arguments.len() {
-            args.push('…');
-        }
-        let name = shown(&call.function.name, 64, "name");
-        self.line(&format!("  ↳ {name}({})", shown(&args, usize::MAX, "arguments")));
+        let name = tool_name(call);
+        self.line(&format!("  ↳ {name}({})", args_preview(call)));
         self.spinner.set_message(format!("running {name}…"));
-        Ok(())
     }
 
-    fn after_iteration(&self, _iteration: usize) -> Result<(), String> {
+    fn tool_progress(&self, call: &ToolCall, text: &str) {
+        // Escaped by the sandbox already; escaping again costs nothing and
+        // keeps this display safe whatever feeds it. One line per text.
+        self.line(&format!("    … {}: {}", tool_name(call), for_terminal(text).replace('\n', "\\n")));
+    }
+
+    fn tool_finished(&self, _call: &ToolCall, _ok: bool) {
         self.spinner.set_message("thinking…");
-        Ok(())
     }
 }
 
 pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow::Result<std::process::ExitCode> {
     let app = super::open_app(data, options)?;
     let provider = app.provider()?;
-    let progress = Progress::new();
-    let bus = Arc::new(MessageBus::new());
-    let core = Arc::new(app.agent_core(provider, bus.clone(), vec![progress.clone()]));
+    let progress = Progress::new(args.progress);
+    // `process_direct` sends its output to the sink; on the bus are only
+    // what plugins sent through `messaging` (printed after each turn).
+    let core = Arc::new(app.agent_core(provider, Arc::new(MessageBus::new())));
     // Here the only chat is the terminal.
     core.services.set_reachable(vec![args.session.split_once(':').map_or("cli", |(c, _)| c).to_string()]);
     let agent = AgentLoop::new(core);
@@ -127,9 +139,9 @@ fn print_sent_messages(bus: &MessageBus) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn one_shot(agent: &AgentLoop, progress: &Progress, message: &str, session: &str) -> anyhow::Result<std::process::ExitCode> {
+async fn one_shot(agent: &AgentLoop, progress: &Arc<Progress>, message: &str, session: &str) -> anyhow::Result<std::process::ExitCode> {
     progress.start();
-    let outcome = agent.process_direct(message, session, None).await;
+    let outcome = agent.process_direct(message, session, progress.clone()).await;
     progress.stop();
     agent.core().sessions.sync().context("syncing the session")?;
     print_sent_messages(&agent.core().bus)?;
@@ -176,7 +188,7 @@ async fn interactive(agent: &AgentLoop, progress: &Arc<Progress>, session: &str,
         }
         let _ = editor.add_history_entry(text);
         progress.start();
-        let turn = agent.process_direct(text, session, None);
+        let turn = agent.process_direct(text, session, progress.clone());
         tokio::pin!(turn);
         let outcome = loop {
             tokio::select! {

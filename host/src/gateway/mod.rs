@@ -134,7 +134,7 @@ impl Gateway {
         let channels = channels(app)?;
         let provider = app.provider()?;
         let bus = Arc::new(MessageBus::new());
-        let core = Arc::new(app.agent_core(provider, bus.clone(), Vec::new()));
+        let core = Arc::new(app.agent_core(provider, bus.clone()));
         // The `message` tool reaches the front ends and channels served here.
         let mut reachable: Vec<String> = vec![api::API_CHANNEL.into(), webchat::WEB_CHANNEL.into()];
         reachable.extend(channels.iter().map(|c| c.name().to_string()));

@@ -17,6 +17,9 @@
 //! **Transport: server-sent events read with `fetch`, plus plain POSTs.**
 //! - `GET /chat/events?session=ID`: an SSE stream of the session's events
 //!   (`ready`, `delta`, `progress`, `message`, `stream_end`, `turn_end`);
+//!   a tool's `progress` also carries `tool`, `call_id` and `phase`
+//!   (`started`, `progress`, `finished` with `ok`), and the page shows one
+//!   hint per call: `↳ name(args)`, then the plugin's latest text;
 //! - `POST /chat/send {session, text}`, `POST /chat/stop {session}`;
 //! - `GET /chat/sessions`, `GET /chat/history?session=ID`.
 //!
@@ -59,7 +62,7 @@ use tokio::sync::mpsc;
 use super::api::{self, ApiState, Body, InFlightGuard};
 use crate::agent::commands;
 use super::wire::ApiError;
-use crate::bus::{InboundMessage, OutboundKind, OutboundMessage, TURN_FAILED};
+use crate::bus::{self, InboundMessage, OutboundKind, OutboundMessage, TURN_FAILED};
 use crate::session::Role;
 
 /// The bus channel of the web chat.
@@ -146,7 +149,17 @@ impl WebChat {
 fn event_json(event: &OutboundMessage) -> Value {
     match &event.kind {
         OutboundKind::StreamDelta => json!({"kind": "delta", "text": event.content}),
-        OutboundKind::Progress => json!({"kind": "progress", "text": event.content}),
+        // A tool's progress names its call, so the page keeps one hint per
+        // call and updates it; the turn's own "running" hint has no call.
+        OutboundKind::Progress => {
+            let mut out = json!({"kind": "progress", "text": event.content});
+            for key in [bus::PROGRESS_TOOL, bus::PROGRESS_CALL_ID, bus::PROGRESS_PHASE, bus::PROGRESS_OK] {
+                if let Some(value) = event.metadata.get(key) {
+                    out[key] = value.clone();
+                }
+            }
+            out
+        }
         OutboundKind::StreamEnd => json!({"kind": "stream_end"}),
         OutboundKind::TurnEnd => json!({"kind": "turn_end"}),
         OutboundKind::Message { streamed } => {

@@ -105,7 +105,9 @@ impl ChatResponse {
     }
 }
 
-/// Receives streamed text as it arrives.
+/// Receives streamed text as it arrives. The runner makes one from the
+/// turn's `TurnSink` when that sink streams (`agent::runner`); nothing else
+/// in the agent passes one.
 pub type StreamSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// A chat-completions API.

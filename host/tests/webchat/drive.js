@@ -173,6 +173,22 @@ async function run(page, context) {
     id: window.chitin.session(),
     messages: [...document.querySelectorAll('#messages .msg')].map((d) => d.textContent.slice(0, 40)),
   }));
+
+  step = 'tool progress';
+  await page.click('#new-session');
+  await page.waitForSelector('#status.connected', WAIT);
+  await send(page, 'tool please');
+  // The tool's hint: its plugin's progress text, marked done when it ends;
+  // it stays while the answer streams, and goes with the turn.
+  const toolHint = await page.waitForSelector('#messages .hint.done', WAIT);
+  results.toolHint = {
+    text: await toolHint.textContent(),
+    call: await toolHint.evaluate((e) => e.dataset.call || null),
+    hints: await page.locator('#messages .hint').count(),
+  };
+  await finalOf(page, 'TOOL-DONE');
+  await page.waitForSelector('#stop:disabled', WAIT);
+  results.hintsAfterToolTurn = await page.locator('#messages .hint').count();
   step = 'done';
 }
 

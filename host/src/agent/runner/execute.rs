@@ -3,15 +3,18 @@
 //! Consecutive `concurrency_safe` calls run in parallel; any other call runs
 //! alone; results come back in call order. A failure of any kind becomes the
 //! call's result text with a hint, so the model can try something else: tool
-//! errors never end a turn.
+//! errors never end a turn. The turn's sink hears each call start and
+//! finish, and the plugin's progress texts in between.
 
 use std::collections::HashMap;
 use std::path::{Component, Path};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
 
 use super::spec::{AgentRunSpec, ToolEvent};
+use crate::plugins::ProgressSink;
 use crate::session::ToolCall;
 
 /// Preview kept inline when a result is saved to the workspace.
@@ -90,11 +93,7 @@ pub async fn run_calls(spec: &AgentRunSpec, calls: &[ToolCall], mut refused: Vec
 }
 
 async fn run_one(spec: &AgentRunSpec, call: &ToolCall, refusal: Option<String>) -> CallOutcome {
-    for hook in &spec.hooks {
-        if let Err(e) = hook.before_tool(call) {
-            tracing::warn!("hook before_tool failed: {e}");
-        }
-    }
+    spec.sink.tool_started(call);
     let started = Instant::now();
     let name = &call.function.name;
     let (text, ok) = match refusal {
@@ -102,18 +101,23 @@ async fn run_one(spec: &AgentRunSpec, call: &ToolCall, refusal: Option<String>) 
         None => {
             let ctx = crate::plugins::CallContext { call_id: call.id.clone(), ..spec.call_context.clone() };
             let args = Value::String(call.function.arguments.clone());
-            match spec.tools.call(name, &args, &ctx, None).await {
+            match spec.tools.call(name, &args, &ctx, Some(progress_to_sink(spec, call))).await {
                 Ok(text) => (save_if_oversized(spec, call, text), true),
                 Err(e) => (format!("Error: {e}\n\n[Analyze the error above and try a different approach.]"), false),
             }
         }
     };
-    for hook in &spec.hooks {
-        if let Err(e) = hook.after_tool(call, &text, ok) {
-            tracing::warn!("hook after_tool failed: {e}");
-        }
-    }
+    spec.sink.tool_finished(call, ok);
     CallOutcome { event: ToolEvent { name: name.clone(), call_id: call.id.clone(), ok, duration: started.elapsed() }, text }
+}
+
+/// Hands the plugin's `host.progress` texts (budgeted and escaped by the
+/// sandbox) to the turn's sink, naming the call. The call goes without its
+/// arguments: they may be megabytes, and progress needs only who is talking.
+fn progress_to_sink(spec: &AgentRunSpec, call: &ToolCall) -> ProgressSink {
+    let sink = spec.sink.clone();
+    let who = ToolCall::new(&call.id, &call.function.name, "");
+    Arc::new(move |text: &str| sink.tool_progress(&who, text))
 }
 
 /// Keeps the context small: a result over the limit is written to the

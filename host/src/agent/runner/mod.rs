@@ -1,6 +1,8 @@
 //! `AgentRunner`: the ReAct loop (spec §5). Channel- and session-agnostic:
 //! it gets an [`AgentRunSpec`], talks to the provider and the tools, and
-//! returns an [`AgentRunResult`]. Persistence happens through checkpoints.
+//! returns an [`AgentRunResult`]. Persistence happens through checkpoints;
+//! what a user sees while it runs (streamed text, tool starts, plugin
+//! progress) goes to the spec's [`crate::agent::sink::TurnSink`].
 //!
 //! One iteration: governance on a copy → request → either run the tool calls
 //! (checkpointing before and after) and go on, or finish: retry a blank
@@ -15,7 +17,7 @@ use std::sync::Arc;
 use crate::provider::{ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, Usage};
 use crate::session::{Message, Role, ToolCall};
 
-pub use spec::{AgentHook, AgentRunResult, AgentRunSpec, Checkpoint, CheckpointPhase, CheckpointView, InjectionSource, StopReason, ToolEvent};
+pub use spec::{AgentRunResult, AgentRunSpec, Checkpoint, CheckpointPhase, CheckpointView, InjectionSource, StopReason, ToolEvent};
 
 use execute::{Guards, run_calls};
 use governance::{Governance, input_budget};
@@ -70,7 +72,7 @@ impl AgentRunner {
 
     /// Runs the loop to its end.
     pub async fn run(&self, spec: &AgentRunSpec) -> AgentRunResult {
-        notify(&spec.hooks, |h| h.before_run(spec));
+        spec.sink.run_started();
         let mut run = Run {
             spec,
             messages: spec.initial_messages.clone(),
@@ -88,19 +90,12 @@ impl AgentRunner {
         // messages on the originals, which remember their counts: the copies
         // made for each request inherit them. Far below, nothing is counted.
         crate::tokens::over_limit(&run.messages, &spec.tools, run.budget);
-        let result = self.iterate(&mut run).await;
-        match result.stop_reason {
-            StopReason::Error => notify(&spec.hooks, |h| h.on_error(result.error.as_deref().unwrap_or_default())),
-            _ => notify(&spec.hooks, |h| h.after_run(&result)),
-        }
-        notify(&spec.hooks, |h| h.on_finally());
-        result
+        self.iterate(&mut run).await
     }
 
     async fn iterate(&self, run: &mut Run<'_>) -> AgentRunResult {
         let spec = run.spec;
         for iteration in 0..spec.max_iterations {
-            notify(&spec.hooks, |h| h.before_iteration(iteration));
             let response = self.request(run, true).await;
             if response.is_error() {
                 return run.fail(response.error);
@@ -113,7 +108,6 @@ impl AgentRunner {
                 let calls: Vec<ToolCall> = std::mem::take(&mut response.tool_calls).into_iter().filter(named).collect();
                 self.run_tools(run, iteration, response.content.filter(|c| !c.trim().is_empty()), calls).await;
                 run.inject(INJECTIONS_PER_DRAIN);
-                notify(&spec.hooks, |h| h.after_iteration(iteration));
                 continue;
             }
             let answer = match self.finish_answer(run, response).await {
@@ -122,7 +116,6 @@ impl AgentRunner {
                 Err(error) => return run.fail(Some(error)),
             };
             run.messages.push(Message::assistant(answer.clone()));
-            notify(&spec.hooks, |h| h.after_iteration(iteration));
             if run.inject(INJECTIONS_PER_DRAIN) {
                 continue;
             }
@@ -147,7 +140,7 @@ impl AgentRunner {
         });
         messages.extend(extra.iter().cloned());
         let request = ChatRequest { model: spec.model.clone(), messages, tools, max_tokens: spec.max_tokens, temperature: spec.temperature };
-        let response = match tokio::time::timeout(spec.llm_timeout, self.provider.chat(&request, spec.stream.clone())).await {
+        let response = match tokio::time::timeout(spec.llm_timeout, self.provider.chat(&request, deltas(spec))).await {
             Ok(response) => response,
             Err(_) => ChatResponse::failed(ProviderError {
                 status: None,
@@ -338,12 +331,11 @@ fn unknown_error() -> ProviderError {
     ProviderError { status: None, retryable: false, message: "the provider reported an error without details".into() }
 }
 
-fn notify(hooks: &[Arc<dyn AgentHook>], call: impl Fn(&dyn AgentHook) -> Result<(), String>) {
-    for hook in hooks {
-        if let Err(e) = call(hook.as_ref()) {
-            tracing::warn!("agent hook failed: {e}");
-        }
-    }
+/// The provider's delta callback for a sink that streams; `None` (no
+/// streaming request) otherwise.
+fn deltas(spec: &AgentRunSpec) -> Option<crate::provider::StreamSink> {
+    let sink = spec.sink.clone();
+    sink.streams_text().then(|| Arc::new(move |delta: &str| sink.text_delta(delta)) as crate::provider::StreamSink)
 }
 
 #[cfg(test)]

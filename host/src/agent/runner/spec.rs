@@ -1,5 +1,5 @@
 //! What a run is given (`AgentRunSpec`) and what it returns
-//! (`AgentRunResult`), plus the hook and checkpoint types (spec §5).
+//! (`AgentRunResult`), plus the checkpoint types (spec §5).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,12 +7,14 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::plugins::CallContext;
-use crate::provider::{StreamSink, Usage};
+use crate::agent::sink::TurnSink;
+use crate::provider::Usage;
 use crate::session::{Message, ToolCall};
 use crate::tools::ToolRegistry;
 
 /// Everything one run needs. The runner knows no channel and no session
-/// store: persistence happens through the checkpoint callback.
+/// store: persistence happens through the checkpoint callback, output
+/// through the sink.
 #[derive(Clone)]
 pub struct AgentRunSpec {
     /// System prompt, history and the current user message.
@@ -38,8 +40,6 @@ pub struct AgentRunSpec {
     pub context_window: usize,
     /// Wall-clock limit of one model request.
     pub llm_timeout: Duration,
-    /// Observers; a failing hook is logged, never fatal.
-    pub hooks: Vec<Arc<dyn AgentHook>>,
     /// Where oversized tool results are saved.
     pub workspace: crate::workspace::Workspace,
     /// Identifies the conversation to plugins.
@@ -48,8 +48,9 @@ pub struct AgentRunSpec {
     pub checkpoint: Option<Arc<dyn Fn(&CheckpointView<'_>) + Send + Sync>>,
     /// Messages that arrived for this session while the run was going.
     pub injections: Option<Arc<dyn InjectionSource>>,
-    /// Streams answer text as it arrives.
-    pub stream: Option<StreamSink>,
+    /// Receives the run's output as it happens: its start, answer text
+    /// (when the sink streams), tool starts, plugin progress, tool ends.
+    pub sink: Arc<dyn TurnSink>,
 }
 
 /// Why a run ended.
@@ -156,41 +157,4 @@ pub enum CheckpointPhase {
 pub trait InjectionSource: Send + Sync {
     /// Takes up to `max` waiting messages.
     fn drain(&self, max: usize) -> Vec<Message>;
-}
-
-/// Observes a run. Every method has a no-op default; an `Err` is logged and
-/// the run goes on. Cancellation (a dropped run) calls nothing.
-pub trait AgentHook: Send + Sync {
-    /// Before the first request.
-    fn before_run(&self, _spec: &AgentRunSpec) -> Result<(), String> {
-        Ok(())
-    }
-    /// Before each iteration's request.
-    fn before_iteration(&self, _iteration: usize) -> Result<(), String> {
-        Ok(())
-    }
-    /// Before a tool runs.
-    fn before_tool(&self, _call: &ToolCall) -> Result<(), String> {
-        Ok(())
-    }
-    /// After a tool ran.
-    fn after_tool(&self, _call: &ToolCall, _result: &str, _ok: bool) -> Result<(), String> {
-        Ok(())
-    }
-    /// After each iteration.
-    fn after_iteration(&self, _iteration: usize) -> Result<(), String> {
-        Ok(())
-    }
-    /// After a run that did not end in a provider error.
-    fn after_run(&self, _result: &AgentRunResult) -> Result<(), String> {
-        Ok(())
-    }
-    /// After a run that ended in a provider error.
-    fn on_error(&self, _error: &str) -> Result<(), String> {
-        Ok(())
-    }
-    /// After every run.
-    fn on_finally(&self) -> Result<(), String> {
-        Ok(())
-    }
 }

@@ -26,7 +26,7 @@ use super::pending::PendingQueue;
 use super::runner::{AgentRunResult, StopReason};
 use crate::bus::{InboundMessage, OutboundMessage};
 use crate::compact::PromptOverhead;
-use crate::provider::StreamSink;
+use super::sink::TurnSink;
 use crate::session::{Message, Session, SessionError};
 
 pub use restore::materialize_checkpoint;
@@ -136,8 +136,9 @@ pub struct TurnContext {
     pub pending: Option<Arc<PendingQueue>>,
     /// Summary handed from COMPACT to BUILD.
     pub pending_summary: Option<String>,
-    /// Streams the reply as it is generated.
-    pub stream: Option<StreamSink>,
+    /// Where the turn's output goes as it happens (streamed text, tool
+    /// hints, plugin progress).
+    pub sink: Arc<dyn TurnSink>,
     /// Internal turn: nothing is persisted.
     pub ephemeral: bool,
     /// The runner's full result (RUN → SAVE).
@@ -179,7 +180,7 @@ impl TurnContext {
             had_injections: false,
             pending: None,
             pending_summary: None,
-            stream: None,
+            sink: super::sink::silent(),
             ephemeral,
             run_result: None,
             checkpointed_messages: 0,

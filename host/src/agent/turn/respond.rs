@@ -17,7 +17,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     let text = ctx.final_content.clone().unwrap_or_default();
     let mut reply = OutboundMessage::reply(&ctx.inbound.channel, &ctx.inbound.chat_id, text);
     // An error reply was never streamed, even when streaming was on.
-    let streamed = ctx.stream.is_some() && ctx.stop_reason != Some(crate::agent::runner::StopReason::Error);
+    let streamed = ctx.sink.streams_text() && ctx.stop_reason != Some(crate::agent::runner::StopReason::Error);
     reply.kind = OutboundKind::Message { streamed };
     let latency_ms = ctx.started.elapsed().as_millis() as u64;
     reply.metadata.insert("latency_ms".into(), Value::from(latency_ms));

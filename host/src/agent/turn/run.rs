@@ -1,5 +1,7 @@
 //! RUN: hand the prepared messages to the `AgentRunner`, persisting each
-//! checkpoint as it comes, and keep the result for SAVE.
+//! checkpoint as it comes, and keep the result for SAVE. The turn's sink
+//! goes with them: the runner reports the run's start, streamed text and
+//! tool progress to it.
 //!
 //! A checkpoint writes only what is new: the run's messages are appended
 //! to the session as they appear (the JSONL store appends just those lines),
@@ -14,12 +16,10 @@ use super::save::append_run_messages;
 use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::core::AgentCore;
 use crate::agent::runner::{AgentRunSpec, Checkpoint, CheckpointView, InjectionSource};
-use crate::bus::{OutboundKind, OutboundMessage};
 use crate::plugins::CallContext;
 use crate::session::{RUNTIME_CHECKPOINT, Session, SessionStore, ToolCall};
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
-    core.bus.publish_outbound(OutboundMessage::event(&ctx.inbound, OutboundKind::Progress, "running"));
     let session = ctx.session.take().ok_or(TurnError::Missing { turn: ctx.session_key.clone(), state: ctx.state, missing: "a session" })?;
     // The checkpoint callback persists into the session while the runner
     // owns the turn; the session comes back out afterwards.
@@ -46,7 +46,6 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         temperature: core.settings.temperature,
         context_window: core.settings.context_window,
         llm_timeout: core.llm_timeout(),
-        hooks: core.hooks.clone(),
         workspace: core.workspace.clone(),
         call_context: CallContext {
             session_key: ctx.session_key.clone(),
@@ -56,7 +55,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         },
         checkpoint,
         injections: ctx.pending.clone().map(|p| p as Arc<dyn InjectionSource>),
-        stream: ctx.stream.clone(),
+        sink: ctx.sink.clone(),
     };
     let result = core.runner.run(&spec).await;
     drop(spec);

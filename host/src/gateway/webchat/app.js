@@ -139,10 +139,20 @@
         return;
       }
       case 'progress': {
-        const hint = document.createElement('div');
-        hint.className = 'hint';
-        hint.textContent = event.text;
-        $('messages').append(hint);
+        // A tool's events share one hint per call, updated in place: its
+        // start (`name(args)`), then the plugin's latest progress text,
+        // then done or failed. The turn's own hint ("running") has no call.
+        let hint = event.call_id ? Array.from(document.querySelectorAll('#messages .hint')).find((h) => h.dataset.call === event.call_id) : null;
+        if (!hint) {
+          hint = document.createElement('div');
+          hint.className = 'hint';
+          if (event.call_id) hint.dataset.call = event.call_id;
+          $('messages').append(hint);
+        }
+        if (event.phase === 'started') hint.textContent = '↳ ' + event.text;
+        else if (event.phase === 'progress') hint.textContent = '↳ ' + event.tool + ': ' + event.text;
+        else if (event.phase === 'finished') hint.classList.add(event.ok ? 'done' : 'failed');
+        else hint.textContent = event.text;
         scrollDown();
         return;
       }

@@ -1,0 +1,104 @@
+//! `BusResponder`: the [`TurnSink`] of a turn that came from the bus.
+//!
+//! Everything it receives goes back on the bus addressed to the inbound
+//! message's `(channel, chat_id)`, where the gateway's router hands it to
+//! whoever serves that chat (the web chat, an API request, a channel):
+//! - the start of the run: `Progress` "running";
+//! - reply text: `StreamDelta` (only when `[agent] stream` is on);
+//! - a tool starting, its plugin's `host.progress` texts, and its end:
+//!   `Progress` with the metadata of [`crate::bus::PROGRESS_TOOL`]
+//!   (`tool`, `call_id`, `phase`, and `ok` at the end);
+//! - the outcome ([`BusResponder::finish`]): `StreamEnd` after a streamed
+//!   reply, the reply (or the apology of a failed turn), then `TurnEnd`,
+//!   always last, so a front end knows the turn is over.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::agent_loop::{APOLOGY, TurnOutcome};
+use super::sink::{TurnSink, args_preview, tool_name};
+use crate::bus::{self, InboundMessage, MessageBus, OutboundKind, OutboundMessage};
+use crate::session::ToolCall;
+
+/// Publishes one turn's output on the bus.
+pub struct BusResponder {
+    bus: Arc<MessageBus>,
+    channel: String,
+    chat_id: String,
+    stream: bool,
+}
+
+impl BusResponder {
+    /// A responder for the turn of `to`; `stream` asks for reply deltas.
+    pub fn new(bus: Arc<MessageBus>, to: &InboundMessage, stream: bool) -> Arc<Self> {
+        Arc::new(BusResponder { bus, channel: to.channel.clone(), chat_id: to.chat_id.clone(), stream })
+    }
+
+    fn publish(&self, kind: OutboundKind, content: impl Into<String>, metadata: Map<String, Value>) {
+        let mut event = OutboundMessage::reply(&self.channel, &self.chat_id, content);
+        event.kind = kind;
+        event.metadata = metadata;
+        self.bus.publish_outbound(event);
+    }
+
+    fn tool_event(&self, call: &ToolCall, phase: &str, content: String, ok: Option<bool>) {
+        let mut metadata = Map::new();
+        metadata.insert(bus::PROGRESS_TOOL.into(), Value::from(tool_name(call)));
+        metadata.insert(bus::PROGRESS_CALL_ID.into(), Value::from(crate::text::clip_for_terminal(&call.id, 64, "id")));
+        metadata.insert(bus::PROGRESS_PHASE.into(), Value::from(phase));
+        if let Some(ok) = ok {
+            metadata.insert(bus::PROGRESS_OK.into(), Value::Bool(ok));
+        }
+        self.publish(OutboundKind::Progress, content, metadata);
+    }
+
+    /// Publishes how the turn ended: the reply (after `StreamEnd` when it
+    /// was streamed), the apology of a failed turn, nothing for a stopped
+    /// one; then `TurnEnd`.
+    pub fn finish(&self, outcome: &TurnOutcome) {
+        match outcome {
+            TurnOutcome::Done(ctx) => {
+                if let Some(reply) = &ctx.outbound {
+                    if self.stream && matches!(reply.kind, OutboundKind::Message { streamed: true }) {
+                        self.publish(OutboundKind::StreamEnd, "", Map::new());
+                    }
+                    self.bus.publish_outbound(reply.clone());
+                }
+            }
+            TurnOutcome::Cancelled => {}
+            TurnOutcome::Failed(_) => {
+                let mut metadata = Map::new();
+                metadata.insert(bus::TURN_FAILED.into(), Value::Bool(true));
+                self.publish(OutboundKind::Message { streamed: false }, APOLOGY, metadata);
+            }
+        }
+        self.publish(OutboundKind::TurnEnd, "", Map::new());
+    }
+}
+
+impl TurnSink for BusResponder {
+    fn streams_text(&self) -> bool {
+        self.stream
+    }
+
+    fn run_started(&self) {
+        self.publish(OutboundKind::Progress, "running", Map::new());
+    }
+
+    fn text_delta(&self, delta: &str) {
+        self.publish(OutboundKind::StreamDelta, delta, Map::new());
+    }
+
+    fn tool_started(&self, call: &ToolCall) {
+        self.tool_event(call, "started", format!("{}({})", tool_name(call), args_preview(call)), None);
+    }
+
+    fn tool_progress(&self, call: &ToolCall, text: &str) {
+        self.tool_event(call, "progress", text.to_string(), None);
+    }
+
+    fn tool_finished(&self, call: &ToolCall, ok: bool) {
+        self.tool_event(call, "finished", String::new(), Some(ok));
+    }
+}
