@@ -441,3 +441,42 @@ fn the_message_tool_answers_a_telegram_chat_through_the_channel_queue() {
     assert_eq!(result, "Message sent to telegram:777");
     assert!(!err.contains(tg_token));
 }
+
+/// A one-shot cron job added from a Telegram chat survives a gateway
+/// restart: its time passes while the gateway is down, it fires once when
+/// the gateway starts again, and the answer goes to that chat.
+#[test]
+fn a_missed_cron_job_fires_once_after_a_restart_into_its_chat() {
+    let tg_token = "616161:SECRET-cron-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin::testing::MockUpdate::text(888, 555, "remind me to stretch in a few seconds"));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let at = (chrono::Utc::now() + chrono::Duration::seconds(4)).to_rfc3339();
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("cron", serde_json::json!({"action": "add", "name": "stretch", "message": "tell me to stretch", "at": at}).to_string()),
+        MockReply::text("Reminder set."),
+    ]);
+    std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the confirmation", || !telegram.sent_messages().is_empty());
+    gw.terminate();
+    let jobs: serde_json::Value = serde_json::from_slice(&std::fs::read(home.path().join("cron/jobs.json")).unwrap()).unwrap();
+    assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1, "{jobs}");
+    assert_eq!(jobs["jobs"][0]["session_key"], "telegram:888");
+
+    // Down past the job's time.
+    std::thread::sleep(Duration::from_secs(5));
+    let mock = MockLlm::start(vec![MockReply::text("Time to stretch!")]);
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the reminder", || telegram.sent_messages().len() >= 2);
+    std::thread::sleep(Duration::from_millis(2500));
+    gw.terminate();
+    let sent: Vec<String> = telegram.sent_messages().into_iter().map(|m| m.text).collect();
+    assert_eq!(sent, ["Reminder set.", "Time to stretch!"], "fired once, answered in its chat");
+    assert_eq!(mock.request_count(), 1);
+    let asked = serde_json::to_string(&mock.requests()[0]).unwrap();
+    assert!(asked.contains("tell me to stretch") && asked.contains("Scheduled task"), "{asked}");
+    let jobs: serde_json::Value = serde_json::from_slice(&std::fs::read(home.path().join("cron/jobs.json")).unwrap()).unwrap();
+    assert!(jobs["jobs"].as_array().unwrap().is_empty(), "the one-shot is gone: {jobs}");
+}

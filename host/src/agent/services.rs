@@ -18,7 +18,8 @@ use std::sync::{Arc, RwLock};
 
 use super::active::ActiveTurns;
 use crate::bus::{MessageBus, OutboundMessage, SYSTEM_CHANNEL};
-use crate::plugins::services::{Delivery, HostServices, SendRequest, chat_allowed};
+use crate::cron::{CronService, Job, JobSpec, Origin, Schedule};
+use crate::plugins::services::{Delivery, HostServices, JobRequest, JobView, SendRequest, When, chat_allowed};
 use crate::plugins::CallContext;
 use crate::workspace::Workspace;
 
@@ -44,17 +45,30 @@ pub struct AgentServices {
     /// The channels a message can reach in this process (`None`: any; the
     /// CLI has only `cli`, the gateway its front ends and channels).
     reachable: RwLock<Option<Vec<String>>>,
+    /// The scheduled jobs, where a process fires them (the gateway).
+    cron: RwLock<Option<Arc<CronService>>>,
 }
 
 impl AgentServices {
     pub fn new(bus: Arc<MessageBus>, active: Arc<ActiveTurns>, workspace: Workspace) -> Self {
-        AgentServices { bus, active, workspace, reachable: RwLock::new(None) }
+        AgentServices { bus, active, workspace, reachable: RwLock::new(None), cron: RwLock::new(None) }
     }
 
     /// Only `channels` can be reached from here: a send to another is
     /// refused instead of being queued for nobody.
     pub fn set_reachable(&self, channels: Vec<String>) {
         *self.reachable.write().expect("reachable lock") = Some(channels);
+    }
+
+    /// Serves `schedule` from `cron` (the gateway, which fires the jobs).
+    pub fn set_cron(&self, cron: Arc<CronService>) {
+        *self.cron.write().expect("cron lock") = Some(cron);
+    }
+
+    fn cron(&self) -> Result<Arc<CronService>, String> {
+        self.cron.read().expect("cron lock").clone().ok_or_else(|| {
+            "scheduled jobs run in `chitin gateway`; they are not available here (a one-shot `chitin agent` has no chat to come back to)".to_string()
+        })
     }
 
     /// The checked attachment: `rel` inside the workspace, a regular file
@@ -123,6 +137,39 @@ impl HostServices for AgentServices {
         self.bus.publish_outbound(message);
         tracing::info!(session = %call.session_key, %target, attachments = attachments.len(), "message tool: message queued");
         Ok(Delivery { channel, chat_id, current_chat, attachments })
+    }
+
+    fn add_job(&self, call: &CallContext, job: JobRequest) -> Result<JobView, String> {
+        let cron = self.cron()?;
+        if call.channel == crate::gateway::api::API_CHANNEL || call.channel == SYSTEM_CHANNEL {
+            return Err(format!("a `{}` conversation has no chat to deliver a scheduled job's answer to", call.channel));
+        }
+        let schedule = match job.when {
+            When::EverySeconds(secs) => Schedule::every(u64::from(secs)),
+            When::Cron { expr, tz } => Schedule::cron(&expr, tz.as_deref()),
+            When::At { time, tz } => Schedule::at(&time, tz.as_deref(), cron.now()),
+        }
+        .map_err(|e| e.0)?;
+        let origin = Origin { session_key: call.session_key.clone(), channel: call.channel.clone(), chat_id: call.chat_id.clone() };
+        cron.add(JobSpec { name: job.name, message: job.message, schedule }, &origin).map(|j| job_view(&j)).map_err(|e| e.to_string())
+    }
+
+    fn list_jobs(&self, call: &CallContext) -> Result<Vec<JobView>, String> {
+        Ok(self.cron()?.list(&call.session_key).iter().map(job_view).collect())
+    }
+
+    fn remove_job(&self, call: &CallContext, id: &str) -> Result<JobView, String> {
+        self.cron()?.remove(&call.session_key, id).map(|j| job_view(&j)).map_err(|e| e.to_string())
+    }
+}
+
+fn job_view(job: &Job) -> JobView {
+    JobView {
+        id: job.id.clone(),
+        name: job.name.clone(),
+        message: job.message.clone(),
+        schedule: job.schedule.describe(),
+        next_run: job.next_run.map(|t| t.to_rfc3339()),
     }
 }
 

@@ -144,6 +144,11 @@ impl CronService {
         Ok(CronService { path, jobs: Mutex::new(jobs), clock })
     }
 
+    /// The service's clock's now.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
     /// Adds a job for `origin`.
     pub fn add(&self, spec: JobSpec, origin: &Origin) -> Result<Job, CronError> {
         let name = spec.name.trim();

@@ -60,6 +60,9 @@ pub const STOP_GRACE: Duration = Duration::from_secs(2);
 /// session written since the last flush: ~2 ms each on a plain disk).
 pub const FLUSH_GRACE: Duration = Duration::from_secs(60);
 
+/// How often due cron jobs are looked for.
+pub const CRON_TICK: Duration = Duration::from_secs(1);
+
 /// Why the gateway could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -123,6 +126,7 @@ pub struct Gateway {
     state: Arc<api::ApiState>,
     bus: Arc<MessageBus>,
     channels: Vec<Box<dyn Channel>>,
+    cron: Option<Arc<crate::cron::CronService>>,
 }
 
 impl Gateway {
@@ -139,11 +143,24 @@ impl Gateway {
         let mut reachable: Vec<String> = vec![api::API_CHANNEL.into(), webchat::WEB_CHANNEL.into()];
         reachable.extend(channels.iter().map(|c| c.name().to_string()));
         core.services.set_reachable(reachable);
+        // Scheduled jobs: a jobs file that does not parse keeps cron off
+        // (and untouched), not the whole gateway.
+        let cron = match crate::cron::CronService::open(crate::cron::CronService::jobs_file(app.data.root()), Arc::new(crate::compact::SystemClock)) {
+            Ok(cron) => {
+                let cron = Arc::new(cron);
+                core.services.set_cron(cron.clone());
+                Some(cron)
+            }
+            Err(e) => {
+                tracing::error!("cron is off: {e}");
+                None
+            }
+        };
         let agent = AgentLoop::new(core);
         let listener = TcpListener::bind(config.listen).await.map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth));
-        Ok(Gateway { listener, addr, state, bus, channels })
+        Ok(Gateway { listener, addr, state, bus, channels, cron })
     }
 
     /// The bound address (the real port when `listen` asked for port 0).
@@ -164,7 +181,7 @@ impl Gateway {
     /// Serves until `shutdown` resolves, then shuts down as the module docs
     /// describe.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<ShutdownReport, GatewayError> {
-        let Gateway { listener, state, bus, channels, .. } = self;
+        let Gateway { listener, state, bus, channels, cron, .. } = self;
         let agent = state.agent.clone();
         let router_task = tokio::spawn(state.router.clone().run(bus.clone()));
         let web_task = tokio::spawn(state.web.clone().run(state.router.route_channel(webchat::WEB_CHANNEL)));
@@ -181,6 +198,8 @@ impl Gateway {
                 channel.start(ChannelContext { bus: bus.clone(), outbound, shutdown: channel_stop.clone() })
             })
             .collect();
+        // Cron stops with the channels: both are intake.
+        let cron_task = cron.map(|cron| tokio::spawn(cron.run(bus.clone(), agent.core().active.clone(), CRON_TICK, channel_stop.clone())));
         let server_stop = CancellationToken::new();
         let server = tokio::spawn(serve(listener, state.clone(), server_stop.clone()));
 
@@ -217,6 +236,9 @@ impl Gateway {
         }
         router_task.abort();
         web_task.abort();
+        if let Some(task) = cron_task {
+            let _ = task.await;
+        }
         // Whatever a late turn wrote after the loop's flush; and the error,
         // which the loop can only log.
         agent.core().sessions.sync()?;

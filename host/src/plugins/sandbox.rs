@@ -308,6 +308,33 @@ impl v0_2::messaging::Host for StoreState {
     }
 }
 
+impl v0_2::schedule::Host for StoreState {
+    fn add_job(&mut self, job: v0_2::schedule::JobSpec) -> Result<v0_2::schedule::Job, String> {
+        use v0_2::schedule::When as W;
+        let (services, call) = self.privileged_call(HostInterface::Schedule)?;
+        let when = match job.when {
+            W::EverySeconds(secs) => services::When::EverySeconds(secs),
+            W::Cron(c) => services::When::Cron { expr: c.expr, tz: c.tz },
+            W::At(a) => services::When::At { time: a.time, tz: a.tz },
+        };
+        services.add_job(call, services::JobRequest { name: job.name, message: job.message, when }).map(wit_job)
+    }
+
+    fn list_jobs(&mut self) -> Result<Vec<v0_2::schedule::Job>, String> {
+        let (services, call) = self.privileged_call(HostInterface::Schedule)?;
+        Ok(services.list_jobs(call)?.into_iter().map(wit_job).collect())
+    }
+
+    fn remove_job(&mut self, id: String) -> Result<v0_2::schedule::Job, String> {
+        let (services, call) = self.privileged_call(HostInterface::Schedule)?;
+        services.remove_job(call, &id).map(wit_job)
+    }
+}
+
+fn wit_job(job: services::JobView) -> v0_2::schedule::Job {
+    v0_2::schedule::Job { id: job.id, name: job.name, message: job.message, schedule: job.schedule, next_run: job.next_run }
+}
+
 /// Adds every interface a plugin may import to `linker`: WASI p2 (with the
 /// deny-by-default context above), `wasi:http` (policy in [`HttpPolicy`]),
 /// and `chitin:plugin/host` of 0.1.0 and 0.2.0 side by side (a 0.x minor is
@@ -322,6 +349,7 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     v0_2::tool::chitin::plugin::host::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
     // Privileged interfaces: linked for all, each call checks the grant.
     v0_2::messaging::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
+    v0_2::schedule::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
     guard_open_at(linker)
 }
 

@@ -24,16 +24,20 @@ use super::tool::CallContext;
 pub enum HostInterface {
     /// `chitin:plugin/messaging`: send text and files to chats.
     Messaging,
+    /// `chitin:plugin/schedule`: add, list and remove the conversation's
+    /// scheduled jobs.
+    Schedule,
 }
 
 impl HostInterface {
     /// Every interface this host implements.
-    pub const ALL: [HostInterface; 1] = [HostInterface::Messaging];
+    pub const ALL: [HostInterface; 2] = [HostInterface::Messaging, HostInterface::Schedule];
 
     /// The name used in manifests and config.
     pub fn name(self) -> &'static str {
         match self {
             HostInterface::Messaging => "messaging",
+            HostInterface::Schedule => "schedule",
         }
     }
 
@@ -41,6 +45,7 @@ impl HostInterface {
     pub fn describe(self) -> &'static str {
         match self {
             HostInterface::Messaging => "send messages and workspace files to the current chat (and to chats listed in `chats`)",
+            HostInterface::Schedule => "schedule messages to the current conversation (cron jobs that run the agent later)",
         }
     }
 
@@ -93,12 +98,57 @@ pub struct Delivery {
     pub attachments: Vec<PathBuf>,
 }
 
+/// When a scheduled job fires, as the plugin asked (unchecked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum When {
+    EverySeconds(u32),
+    Cron { expr: String, tz: Option<String> },
+    At { time: String, tz: Option<String> },
+}
+
+/// A job a plugin asks to add (`schedule.add`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRequest {
+    pub name: String,
+    pub message: String,
+    pub when: When,
+}
+
+/// A scheduled job as a plugin sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobView {
+    pub id: String,
+    pub name: String,
+    pub message: String,
+    /// In words.
+    pub schedule: String,
+    /// RFC 3339.
+    pub next_run: Option<String>,
+}
+
 /// What the agent does for the privileged interfaces. Errors are text for
-/// the model: they say what was refused and what to change.
+/// the model: they say what was refused and what to change. Every method
+/// but `send_message` defaults to "not available", so an agent serves only
+/// what it has.
 pub trait HostServices: Send + Sync {
     /// `messaging.send` from a plugin call in conversation `call`. `chats`
     /// is the plugin's grant of other chats (`channel:chat` or `channel:*`).
     fn send_message(&self, call: &CallContext, chats: &[String], request: SendRequest) -> Result<Delivery, String>;
+
+    /// `schedule.add` for conversation `call`.
+    fn add_job(&self, _call: &CallContext, _job: JobRequest) -> Result<JobView, String> {
+        Err(format!("schedule: {NO_SERVICES}"))
+    }
+
+    /// `schedule.list`: the jobs of conversation `call`.
+    fn list_jobs(&self, _call: &CallContext) -> Result<Vec<JobView>, String> {
+        Err(format!("schedule: {NO_SERVICES}"))
+    }
+
+    /// `schedule.remove`: job `id` of conversation `call`.
+    fn remove_job(&self, _call: &CallContext, _id: &str) -> Result<JobView, String> {
+        Err(format!("schedule: {NO_SERVICES}"))
+    }
 }
 
 /// Whether `channel:chat` is admitted by one of `patterns` (`channel:chat`,

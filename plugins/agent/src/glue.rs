@@ -1,10 +1,11 @@
 //! The `agent-plugin` world: the `tool` export over `messaging`.
 
+use crate::cron::{self, CronArgs, JobText, Request};
 use crate::message::{self, MessageArgs};
 
 wit_bindgen::generate!({ path: "../../wit/v0.2", world: "agent-plugin" });
 
-use chitin::plugin::messaging;
+use chitin::plugin::{messaging, schedule};
 use exports::chitin::plugin::tool::Guest;
 use chitin::plugin::types::{CallContext, ToolError};
 
@@ -27,9 +28,30 @@ impl Guest for Agent {
                     Err(e) => Err(ToolError::Failed(e)),
                 }
             }
+            "cron" => {
+                let request = CronArgs::request(&args_json).map_err(ToolError::InvalidArgs)?;
+                let refused = |e: String| if message::is_denial(&e) { ToolError::Denied(e) } else { ToolError::Failed(e) };
+                match request {
+                    Request::Add { name, message, when } => {
+                        let when = match when {
+                            cron::When::Every(secs) => schedule::When::EverySeconds(secs),
+                            cron::When::Cron { expr, tz } => schedule::When::Cron(schedule::CronExpr { expr, tz }),
+                            cron::When::At { time, tz } => schedule::When::At(schedule::AtTime { time, tz }),
+                        };
+                        let job = schedule::add_job(&schedule::JobSpec { name, message, when }).map_err(refused)?;
+                        Ok(cron::added(&text(job)))
+                    }
+                    Request::List => Ok(cron::listed(&schedule::list_jobs().map_err(refused)?.into_iter().map(text).collect::<Vec<_>>())),
+                    Request::Remove { id } => Ok(cron::removed(&text(schedule::remove_job(&id).map_err(refused)?))),
+                }
+            }
             other => Err(ToolError::UnknownTool(format!("no tool `{other}` in plugin `agent`"))),
         }
     }
+}
+
+fn text(job: schedule::Job) -> JobText {
+    JobText { id: job.id, name: job.name, message: job.message, schedule: job.schedule, next_run: job.next_run }
 }
 
 export!(Agent);

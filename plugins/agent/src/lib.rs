@@ -5,10 +5,12 @@
 //!   (which conversation the call belongs to, which chats are allowed,
 //!   whether a file may be attached); this component only maps arguments
 //!   to the request and the answer to text for the model.
+//! - `cron`: `schedule.add-job` / `list-jobs` / `remove-job` ([`cron`]).
 //!
 //! The mapping is plain code ([`message`]) tested natively; the component
 //! glue is only in the wasm build.
 
+pub mod cron;
 pub mod message;
 
 #[cfg(target_arch = "wasm32")]
