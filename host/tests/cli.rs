@@ -71,7 +71,7 @@ fn plugin_inspect_list_pack_and_install() {
     let names: Vec<&str> = list.as_array().unwrap().iter().map(|p| p["manifest"]["name"].as_str().unwrap()).collect();
     // The built-ins (`agent`, `fs`, the `telegram` channel) and the installed one.
     assert_eq!(names, ["agent", "fs", "greeter", "telegram"]);
-    assert_eq!(list[0]["granted"]["host"], json!(["messaging"]), "the message tool's interface, granted by default");
+    assert_eq!(list[0]["granted"]["host"], json!(["messaging", "schedule"]), "the message and cron tools' interfaces, granted by default");
     let greeter = &list[2];
     assert_eq!(greeter["granted"]["network"], json!([]), "asked, not granted");
     assert!(greeter["notes"][0].as_str().unwrap().contains("api.example.com"));
