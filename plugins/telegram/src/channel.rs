@@ -307,10 +307,79 @@ pub fn delivery_failure(error: &ApiError) -> Failure {
     api_failure(error)
 }
 
-/// The text of a streamed reply so far as one message (the first part; the
-/// host's final `done` call sends the same, and the rest goes by `deliver`).
-pub fn stream_text(markdown: &str) -> Option<OutgoingText> {
-    crate::render::render_preview(markdown)
+/// One message of a streamed reply: its id and a digest of the text it
+/// shows. The `stream-update` handle is the list of them, so a call, which
+/// sees no state, knows which messages exist and which would not change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    /// The Telegram message id.
+    pub id: i64,
+    /// [`digest`] of the part it shows.
+    pub digest: u64,
+}
+
+/// The handle of a streamed reply: `id:digest` entries joined by `;`
+/// (digest in hex).
+pub fn format_handle(shown: &[Shown]) -> String {
+    shown.iter().map(|s| format!("{}:{:016x}", s.id, s.digest)).collect::<Vec<_>>().join(";")
+}
+
+/// The entries of a handle the host gave back (`None`: a new reply).
+pub fn parse_handle(handle: Option<&str>) -> Result<Vec<Shown>, Failure> {
+    let Some(handle) = handle.filter(|h| !h.is_empty()) else { return Ok(Vec::new()) };
+    handle
+        .split(';')
+        .map(|entry| {
+            let (id, digest) = entry.split_once(':')?;
+            Some(Shown { id: id.parse().ok()?, digest: u64::from_str_radix(digest, 16).ok()? })
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| Failure::Fatal(format!("not a stream handle of this adapter: {handle:?}")))
+}
+
+/// FNV-1a over the text and its parse mode: equal parts, equal digests
+/// (no crate for 10 lines; collisions only cost a skipped edit).
+pub fn digest(part: &OutgoingText) -> u64 {
+    let mode = part.parse_mode.map_or("", |m| m.as_str());
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in mode.bytes().chain([0]).chain(part.text.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// What one `stream-update` does for a part of the reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamOp {
+    /// A new part: `sendMessage`.
+    Send(OutgoingText),
+    /// A part whose text changed: `editMessageText` of that message.
+    Edit(i64, OutgoingText),
+    /// Unchanged: no request (Telegram would answer "not modified").
+    Keep,
+}
+
+/// The requests a `stream-update` makes: the reply so far is rendered and
+/// split as a whole reply is ([`render_reply`]); part *i* lives in the
+/// *i*th message of the stream. A part that outgrew 4096 units is therefore
+/// finished where the split puts it, and the text goes on in a new message
+/// (sent the moment it exists); only parts whose text changed are edited.
+/// The last call (`done`) is the same computation over the whole reply, so
+/// the messages end up exactly as `deliver` would have sent them.
+pub fn stream_plan(markdown: &str, shown: &[Shown]) -> Vec<(OutgoingText, StreamOp)> {
+    render_reply(markdown)
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| {
+            let op = match shown.get(i) {
+                None => StreamOp::Send(part.clone()),
+                Some(s) if s.digest == digest(&part) => StreamOp::Keep,
+                Some(s) => StreamOp::Edit(s.id, part.clone()),
+            };
+            (part, op)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -399,5 +468,24 @@ mod tests {
         assert_eq!(requests[1].json().unwrap()["photo"], "P1");
         assert_eq!(requests[2].json().unwrap()["document"], "D1");
         assert!(deliver_requests("http://x", &to, "", None, &media).unwrap().len() == 2, "media alone, no empty text");
+    }
+
+    #[test]
+    fn a_stream_edits_only_what_changed_and_goes_on_in_a_new_message() {
+        let first = stream_plan("Hello", &[]);
+        assert!(matches!(&first[..], [(_, StreamOp::Send(p))] if p.text == "Hello"));
+        let shown = vec![Shown { id: 7, digest: digest(&first[0].0) }];
+        let handle = format_handle(&shown);
+        assert_eq!(parse_handle(Some(&handle)).unwrap(), shown, "the handle round-trips");
+        assert!(matches!(&stream_plan("Hello", &shown)[..], [(_, StreamOp::Keep)]), "unchanged: no edit");
+        assert!(matches!(&stream_plan("Hello there", &shown)[..], [(_, StreamOp::Edit(7, p))] if p.text == "Hello there"));
+        // Past 4096 units the first message is finished and a second begins.
+        let long = format!("{}\n\n{}", "a".repeat(4000), "b".repeat(300));
+        let plan = stream_plan(&long, &shown);
+        assert_eq!(plan.len(), 2, "{plan:?}");
+        assert!(matches!(&plan[0].1, StreamOp::Edit(7, p) if p.text == "a".repeat(4000)));
+        assert!(matches!(&plan[1].1, StreamOp::Send(p) if p.text == "b".repeat(300)));
+        assert!(matches!(parse_handle(Some("7:zz")), Err(Failure::Fatal(_))));
+        assert_eq!(parse_handle(None).unwrap(), vec![]);
     }
 }
