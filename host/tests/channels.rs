@@ -106,7 +106,7 @@ fn install(home: &Path) {
 
 fn config(port: u16, allow: &str) -> String {
     format!(
-        "[agent]\nmodel = \"test-model\"\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
+        "[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
          [plugins.echo-channel]\nnetwork = [\"127.0.0.1:{port}\", \"api.example.test\"]\n\
          [channels.echo]\nenabled = true\nplugin = \"echo-channel\"\nallow_from = [{allow}]\napi_base = \"http://127.0.0.1:{port}\"\ntoken = \"${{ECHO_TEST_TOKEN}}\"\ngreeting = \"hi\"\n"
     )
@@ -410,4 +410,157 @@ fn a_second_gateway_on_the_same_channel_stops_with_already_running() {
     assert!(!err2.contains("reply delivered"), "{err2}");
     first.terminate();
     assert_eq!(mock.request_count(), 1);
+}
+
+/// Runs `future` on a throwaway runtime (the mock's client calls are async).
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
+}
+
+/// A port nobody listens on right now: webhook mode needs the gateway's
+/// public URL in the config before the gateway binds it.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+const WEBHOOK_SECRET: &str = "whsec_Distinctive-42";
+
+/// `[channels.telegram]` in webhook mode, the gateway on `port`, which is
+/// also its public URL.
+fn webhook_config(ws: &Path, telegram: &chitin::testing::MockTelegram, port: u16) -> String {
+    format!(
+        "workspace = \"{ws}\"\n[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:{port}\"\nauth_token = \"\"\n\
+         [channels.telegram]\nenabled = true\nmode = \"webhook\"\npublic_url = \"http://127.0.0.1:{port}\"\nallow_from = [\"555\"]\napi_base = \"{base}\"\n\
+         bot_token = \"${{TG_TEST_TOKEN}}\"\nwebhook_secret = \"${{TG_TEST_WEBHOOK_SECRET}}\"\nbot_username = \"chitinbot\"\n",
+        ws = ws.display(),
+        base = telegram.api_base(),
+    )
+}
+
+/// Issue 10: webhook mode through the real gateway. `start` registers the
+/// route with `setWebhook`, whose `secret_token` the component wrote as a
+/// placeholder and the host filled in; a request with a wrong or missing
+/// secret header gets 401 and costs nothing; a verified update is answered
+/// through the agent; the same update again is answered 200 and not twice.
+#[test]
+fn telegram_webhook_round_trip_refuses_bad_secrets_and_dedups() {
+    let tg_token = "888001:HOOK-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("hooked"), MockReply::text("twice?!")]);
+    let port = free_port();
+    std::fs::write(home.path().join("config.toml"), webhook_config(&ws, &telegram, port)).unwrap();
+    let mut cmd = telegram_gateway(home.path(), &mock, tg_token);
+    cmd.env("TG_TEST_WEBHOOK_SECRET", WEBHOOK_SECRET);
+    let gw = Gateway::spawn(cmd);
+    gw.wait_for("setWebhook", || telegram.webhook().is_some());
+    let hook = telegram.webhook().unwrap();
+    assert_eq!(hook.url, format!("http://127.0.0.1:{port}/webhooks/telegram/telegram"));
+    assert_eq!(hook.secret_token.as_deref(), Some(WEBHOOK_SECRET), "the host substituted the placeholder in the body");
+    assert!(telegram.requests_for("getUpdates").is_empty(), "no polling in webhook mode");
+
+    let mut update = telegram.update_json(&chitin::testing::MockUpdate::text(777, 555, "hello by webhook"));
+    // One id for every delivery below, as Telegram's redelivery keeps it.
+    update["update_id"] = serde_json::json!(424_242);
+    assert_eq!(block_on(telegram.deliver_webhook_with_secret(update.clone(), Some("wrong-secret"))).unwrap(), 401);
+    assert_eq!(block_on(telegram.deliver_webhook_with_secret(update.clone(), None)).unwrap(), 401);
+    // Too big: refused before verification or the component.
+    let big = serde_json::json!({"update_id": 1, "pad": "x".repeat(2 << 20)});
+    assert_eq!(block_on(telegram.deliver_webhook(big)).unwrap(), 413);
+    assert_eq!(mock.request_count(), 0, "a refused request never reaches the model");
+    assert!(telegram.sent_messages().is_empty());
+    assert!(gw.stderr().matches("webhook request refused (401)").count() == 2, "{}", gw.stderr());
+
+    assert_eq!(block_on(telegram.deliver_webhook(update.clone())).unwrap(), 200);
+    gw.wait_for("the reply", || !telegram.sent_messages().is_empty());
+    assert_eq!(telegram.sent_messages()[0].text, "hooked");
+    assert_eq!(telegram.sent_messages()[0].chat_id, 777);
+    // Telegram redelivers an update it thinks was lost: answered, not replied to.
+    assert_eq!(block_on(telegram.deliver_webhook(update)).unwrap(), 200);
+    holds_throughout("one reply only", || {
+        let sent = telegram.sent_messages().len();
+        if sent == 1 && mock.request_count() == 1 { Ok(()) } else { Err(format!("{sent} sent, {} model requests", mock.request_count())) }
+    });
+    let err = gw.terminate();
+    let asked = serde_json::to_string(&mock.requests()).unwrap();
+    assert!(asked.contains("hello by webhook"));
+    for secret in [tg_token, WEBHOOK_SECRET] {
+        assert!(!err.contains(secret) && !asked.contains(secret), "a secret leaked");
+        assert!(!std::fs::read_to_string(home.path().join("channels/telegram.json")).unwrap().contains(secret));
+    }
+}
+
+/// Webhook mode without its secret configured is refused at start, naming
+/// the key, instead of accepting unverified requests.
+#[test]
+fn webhook_mode_needs_its_secret() {
+    let telegram = chitin::testing::MockTelegram::with_token("888002:x", "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let config = webhook_config(&home.path().join("ws"), &telegram, free_port()).replace("webhook_secret = \"${TG_TEST_WEBHOOK_SECRET}\"\n", "");
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let mock = MockLlm::start(vec![]);
+    let out = run_within(&mut telegram_gateway(home.path(), &mock, "888002:x"), Duration::from_secs(60));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("channels.telegram.webhook_secret"), "{err}");
+}
+
+/// Issue 10: edit throttling. A reply streamed in 24 deltas over ~3.5 s is
+/// shown by one sendMessage and edits no closer together than the
+/// manifest's `edit_interval_ms` (1000 ms for Telegram), coalesced (far
+/// fewer edits than deltas), ending with the whole reply; the final
+/// message is not delivered again.
+#[test]
+fn telegram_streamed_reply_edits_no_faster_than_the_interval() {
+    let tg_token = "888003:STREAM-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let reply: String = (1..=48).map(|i| format!("word{i} ")).collect::<String>().trim_end().to_string();
+    let mock = MockLlm::start(vec![MockReply::text(reply.clone())]).with_stream_pieces(24).with_chunk_delay(Duration::from_millis(150));
+    let config = telegram_config(&ws, &telegram).replace("stream = false", "stream = true");
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "stream to me"));
+    gw.wait_for("the streamed reply finished", || gw.stderr().contains("reply delivered (streamed)"));
+    let err = gw.terminate();
+    let sent = telegram.sent_messages();
+    assert_eq!(sent.len(), 1, "one message, edited; the final reply not sent again: {sent:?}");
+    let edits = telegram.edits();
+    assert!(edits.len() >= 2, "the reply grew by edits: {edits:?}");
+    assert!(edits.len() < 24, "deltas were coalesced: {} edits", edits.len());
+    assert_eq!(edits.last().unwrap().text, reply, "the final edit is the whole reply");
+    assert!(edits.iter().all(|e| e.message_id == sent[0].message_id));
+    // Every request of the stream, accepted or not, kept the interval.
+    let mut times: Vec<std::time::Instant> = telegram.requests_for("sendMessage").iter().map(|r| r.at).collect();
+    times.extend(telegram.requests_for("editMessageText").iter().map(|r| r.at));
+    times.sort();
+    for pair in times.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(gap >= Duration::from_millis(1000), "two stream requests {gap:?} apart: {err}");
+    }
+}
+
+/// A failed stream-update never loses the reply: the first sendMessage of
+/// the stream fails, so the whole reply goes out by one plain delivery.
+#[test]
+fn a_failed_stream_update_falls_back_to_a_plain_delivery() {
+    let tg_token = "888004:FALLBACK-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("all of it arrives")]).with_chunk_delay(Duration::from_millis(50));
+    let config = telegram_config(&ws, &telegram).replace("stream = false", "stream = true");
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    telegram.fail_next("sendMessage", 500, None);
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "stream to me"));
+    gw.wait_for("the reply delivered", || gw.stderr().contains("reply delivered"));
+    let err = gw.terminate();
+    assert!(err.contains("stream-update failed"), "{err}");
+    let sent = telegram.sent_messages();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].text, "all of it arrives");
+    assert!(telegram.edits().is_empty());
 }
