@@ -564,3 +564,48 @@ fn a_failed_stream_update_falls_back_to_a_plain_delivery() {
     assert_eq!(sent[0].text, "all of it arrives");
     assert!(telegram.edits().is_empty());
 }
+
+/// Issue 10: media download with a size cap. A photo arrives as a file in
+/// `<data>/media/telegram/` (named by its content hash, not by anything the
+/// platform said); a document over `max_media_mb` is refused from its
+/// content-length, leaves no file, and the message still reaches the agent
+/// with a note in its text. The bytes are fetched by the host (the
+/// component only did `getFile`), with the token filled in by the host.
+#[test]
+fn telegram_media_is_downloaded_within_the_cap() {
+    let tg_token = "888005:MEDIA-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let jpeg: Vec<u8> = [&[0xff, 0xd8, 0xff][..], &b"tiny-jpeg-body".repeat(64)].concat();
+    let photo = telegram.add_file("photos/file_1.jpg", jpeg.clone());
+    let huge = telegram.add_file("documents/file_2.bin", vec![7u8; 2 * 1024 * 1024 + 10]);
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("nice photo"), MockReply::text("too big")]);
+    let config = format!("{}max_media_mb = 1\n", telegram_config(&ws, &telegram));
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    telegram.push(chitin::testing::MockUpdate::photo(777, 555, photo).caption("look"));
+    gw.wait_for("the first reply", || telegram.sent_messages().len() == 1);
+    telegram.push(chitin::testing::MockUpdate::document(777, 555, huge, "../../evil.sh").caption("and this"));
+    gw.wait_for("the second reply", || telegram.sent_messages().len() == 2);
+    let err = gw.terminate();
+
+    let dir = home.path().join("media/telegram");
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "the photo only, no partial file: {files:?}");
+    let name = files[0].file_name().unwrap().to_str().unwrap().to_string();
+    assert!(name.ends_with(".jpg") && name.len() == 36 && name[..32].chars().all(|c| c.is_ascii_hexdigit()), "{name}");
+    assert_eq!(std::fs::read(&files[0]).unwrap(), jpeg);
+    assert!(!ws.exists() || std::fs::read_dir(&ws).unwrap().next().is_none(), "nothing in the workspace");
+    assert_eq!(telegram.requests_for("getFile").len(), 2, "the component asked where each file is");
+    assert_eq!(telegram.requests_for("file").len(), 2, "the host fetched each (the second stopped at its length)");
+    assert!(telegram.requests_for("file").iter().all(|r| r.authorized), "the host substituted the token");
+
+    let requests = mock.requests();
+    let first = serde_json::to_string(&requests[0]).unwrap();
+    assert!(first.contains("look"), "{first}");
+    let second = serde_json::to_string(&requests[1]).unwrap();
+    assert!(second.contains("and this") && second.contains("[document not downloaded: larger than 1 MB]"), "{second}");
+    assert!(!second.contains("evil.sh"), "the platform's file name is not used");
+    assert!(!err.contains(tg_token), "the token leaked");
+}

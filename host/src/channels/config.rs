@@ -96,6 +96,8 @@ pub struct ChannelConfig {
     /// reaches it, e.g. `https://bot.example.com` (a reverse proxy or tunnel
     /// in front of `[gateway] listen`); no trailing `/`.
     pub public_url: Option<String>,
+    /// `max_media_mb` (default 20): the largest inbound file downloaded.
+    pub max_media_mb: u64,
     /// `api_base`: where the platform's API is served instead of its public
     /// host (a local Bot API server, a mock in tests).
     pub api_base: Option<String>,
@@ -114,6 +116,7 @@ impl std::fmt::Debug for ChannelConfig {
             .field("plugin", &self.plugin)
             .field("allow_from", &self.allow_from)
             .field("mode", &self.mode)
+            .field("max_media_mb", &self.max_media_mb)
             .field("public_url", &self.public_url)
             .field("api_base", &self.api_base)
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
@@ -122,7 +125,7 @@ impl std::fmt::Debug for ChannelConfig {
     }
 }
 
-const HOST_KEYS: [&str; 7] = ["enabled", "plugin", "allow_from", "group_policy", "mode", "api_base", "public_url"];
+const HOST_KEYS: [&str; 8] = ["enabled", "plugin", "allow_from", "group_policy", "mode", "api_base", "public_url", "max_media_mb"];
 
 fn table<'a>(name: &str, raw: &'a toml::Value) -> Result<&'a toml::Table, ChannelSetupError> {
     raw.as_table().ok_or_else(|| ChannelSetupError::Config { key: format!("channels.{name}"), message: "must be a table".into() })
@@ -196,6 +199,11 @@ impl ChannelConfig {
             return Err(bad("public_url", "mode = \"webhook\" needs the gateway's public address, e.g. public_url = \"https://bot.example.com\" (the platform calls public_url + /webhooks/<channel><route>)".into()));
         }
         let api_base = http_url("api_base")?;
+        let max_media_mb = match t.get("max_media_mb") {
+            None => super::media::DEFAULT_MAX_MEDIA_MB,
+            Some(toml::Value::Integer(n)) if (1..=super::media::MAX_MEDIA_MB as i64).contains(n) => *n as u64,
+            Some(other) => return Err(bad("max_media_mb", format!("must be a whole number of megabytes, 1 to {}, not {other}", super::media::MAX_MEDIA_MB))),
+        };
         let mut secrets = BTreeMap::new();
         let mut settings = Map::new();
         for (k, v) in t {
@@ -217,7 +225,7 @@ impl ChannelConfig {
                 settings.insert(k.clone(), json);
             }
         }
-        Ok(ChannelConfig { name: name.to_string(), enabled, plugin, allow_from, group_policy, mode, public_url, api_base, secrets, settings })
+        Ok(ChannelConfig { name: name.to_string(), enabled, plugin, allow_from, group_policy, mode, public_url, max_media_mb, api_base, secrets, settings })
     }
 
     /// The JSON for `start(config)`: the settings, never a secret value,
@@ -274,6 +282,10 @@ mod tests {
         assert!(e.contains("channels.tg.public_url"), "{e}");
         let e = parse("other = \"${HOME}\"").unwrap_err().to_string();
         assert!(e.contains("channels.tg.other"), "{e}");
+        let e = parse("max_media_mb = 0").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.max_media_mb"), "{e}");
+        assert_eq!(parse("max_media_mb = 5").unwrap().max_media_mb, 5);
+        assert_eq!(parse("").unwrap().max_media_mb, 20);
         let e = parse("allow_from = \"*\"").unwrap_err().to_string();
         assert!(e.contains("channels.tg.allow_from"), "{e}");
     }

@@ -52,6 +52,7 @@
 //! `wasi:http` requests under its grant.
 
 pub mod config;
+pub mod media;
 pub mod record;
 pub mod stream;
 pub mod transport;
@@ -147,6 +148,7 @@ pub struct ComponentChannel {
     plugin: Arc<LoadedPlugin>,
     runtime: Arc<PluginRuntime>,
     dir: PathBuf,
+    media_dir: PathBuf,
 }
 
 /// Builds a [`ComponentChannel`] for every enabled `[channels.*]`.
@@ -186,7 +188,7 @@ pub fn build(
         if config.allow_from == AllowFrom::Only(Vec::new()) {
             tracing::warn!(channel = %name, "channels.{name}.allow_from is empty: nobody can talk to this channel (set [\"*\"] or sender ids)");
         }
-        out.push(ComponentChannel { config, plugin: plugin.clone(), runtime: runtime.clone(), dir: channels_dir(data_root) });
+        out.push(ComponentChannel { config, plugin: plugin.clone(), runtime: runtime.clone(), dir: channels_dir(data_root), media_dir: media::media_dir(data_root, name) });
     }
     Ok(out)
 }
@@ -231,6 +233,8 @@ struct Poller {
     /// Webhook mode: the mount path and its verified requests.
     webhook: Option<(String, tokio::sync::mpsc::Receiver<webhook::WebhookCall>)>,
     routes: Arc<webhook::Routes>,
+    /// Where inbound media are stored.
+    media_dir: PathBuf,
     _lock: ChannelLock,
 }
 
@@ -243,7 +247,7 @@ struct Committed {
 
 impl Poller {
     async fn open(channel: ComponentChannel, ctx: ChannelContext) -> Result<Poller, (ChannelContext, ChannelSetupError)> {
-        let ComponentChannel { config, plugin, runtime, dir } = channel;
+        let ComponentChannel { config, plugin, runtime, dir, media_dir } = channel;
         let name = config.name.clone();
         let setup = || -> Result<(ChannelLock, ChannelRecord, Transport), ChannelSetupError> {
             std::fs::create_dir_all(&dir).map_err(|source| ChannelSetupError::Io { what: "creating the channels directory", path: dir.clone(), source })?;
@@ -299,6 +303,7 @@ impl Poller {
                     typing,
                     webhook,
                     routes: ctx.webhooks,
+                    media_dir,
                     _lock: lock,
                 })
             }
@@ -327,7 +332,7 @@ impl Poller {
 
     /// Applies a valid step: commit 1, then publish, then commit 2. Returns
     /// the step's `poll-after` and `respond`.
-    fn commit(&mut self, step: Step) -> Result<Committed, ChannelSetupError> {
+    async fn commit(&mut self, step: Step) -> Result<Committed, ChannelSetupError> {
         let now = Utc::now();
         let mut out = Committed::default();
         let mut http = Vec::new();
@@ -336,7 +341,20 @@ impl Poller {
             match action {
                 Action::Emit(inbound) => {
                     emitted = true;
-                    if let Some(message) = accept(&mut self.record, &self.name, &self.config.allow_from, self.config.group_policy, &inbound, now) {
+                    if let Some(mut message) = accept(&mut self.record, &self.name, &self.config.allow_from, self.config.group_policy, &inbound, now) {
+                        // Before commit 1: a crash here re-polls the update
+                        // and downloads again; nothing half-done is kept.
+                        if !inbound.media.is_empty() {
+                            let (files, notes) =
+                                media::fetch(&self.name, &self.runtime, &self.plugin, &self.transport, &inbound.media, self.config.max_media_mb, &self.media_dir).await;
+                            message.media = files;
+                            for note in notes {
+                                if !message.content.is_empty() {
+                                    message.content.push('\n');
+                                }
+                                message.content.push_str(&note);
+                            }
+                        }
                         self.record.inbox.push(message);
                     }
                 }
@@ -439,7 +457,7 @@ impl Poller {
     async fn start_once(&mut self) -> Result<Option<u32>, Failure> {
         let config = self.config.start_json(self.webhook.as_ref().map(|(path, _)| path.as_str()));
         let step = self.runtime.channel_step(&self.plugin, Callback::Start { config: &config }, &self.record.state).await.map_err(|e| self.failure(e, None))?;
-        Ok(self.commit(step).map_err(|e| Failure::Fatal(e.to_string()))?.poll_after)
+        Ok(self.commit(step).await.map_err(|e| Failure::Fatal(e.to_string()))?.poll_after)
     }
 
     /// One verified webhook request: `on-webhook`, commit as a poll step
@@ -471,7 +489,7 @@ impl Poller {
                 };
             }
         };
-        match self.commit(step) {
+        match self.commit(step).await {
             Ok(committed) => {
                 let _ = call.reply.send(committed.respond.unwrap_or_else(|| webhook::empty(200)));
                 Ok(None)
@@ -492,7 +510,7 @@ impl Poller {
         let response = response.map_err(|e| Failure::Retry { reason: e.to_string(), after: None })?;
         let after = (response.status == 429).then(|| transport::retry_after(&response.headers, &response.body)).flatten();
         let step = self.runtime.channel_step(&self.plugin, Callback::PollResponse(&response), &self.record.state).await.map_err(|e| self.failure(e, after))?;
-        Ok(self.commit(step).map_err(|e| Failure::Fatal(e.to_string()))?.poll_after)
+        Ok(self.commit(step).await.map_err(|e| Failure::Fatal(e.to_string()))?.poll_after)
     }
 
     fn failure(&self, error: PluginError, after: Option<Duration>) -> Failure {

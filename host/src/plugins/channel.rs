@@ -145,6 +145,20 @@ impl PluginRuntime {
         Ok(handle)
     }
 
+    /// The request that downloads `media` (run by the host, not the
+    /// component), checked like any request a component returns.
+    pub async fn channel_media_request(&self, plugin: &LoadedPlugin, media: &MediaRef) -> Result<HttpRequest, PluginError> {
+        let call = Call::Channel("media-request");
+        let request = self
+            .channel_call(plugin, &call, async |store, pre| {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                instance.chitin_plugin_channel().call_media_request(&mut *store, media).await
+            })
+            .await?;
+        check_request(&request, "request").map_err(|bound| bound.into_error(plugin, call))?;
+        Ok(request)
+    }
+
     /// Sets the typing indicator of `chat_id`.
     pub async fn channel_set_status(&self, plugin: &LoadedPlugin, chat_id: &str, status: ChatStatus) -> Result<(), PluginError> {
         let call = Call::Channel("set-status");

@@ -307,6 +307,21 @@ pub fn delivery_failure(error: &ApiError) -> Failure {
     api_failure(error)
 }
 
+/// The download of a file from its `getFile` result. The `file_path` is
+/// Telegram's (`photos/file_12.jpg`): it only ever goes into the URL, and a
+/// path that could leave the file root or carry a query is refused.
+pub fn download_request(api_base: &str, get_file_result: &Value) -> Result<HttpRequest, Failure> {
+    let path = api::file_path(get_file_result).map_err(|e| Failure::Transient(e.to_string()))?;
+    let unsafe_path = path.is_empty()
+        || path.len() > 512
+        || path.split('/').any(|segment| segment == "..")
+        || path.chars().any(|c| c.is_control() || matches!(c, '?' | '#' | '\\' | ' '));
+    if unsafe_path {
+        return Err(Failure::Transient(format!("refusing the file path Telegram gave: {path:?}")));
+    }
+    Ok(api::download_file(api_base, &path))
+}
+
 /// One message of a streamed reply: its id and a digest of the text it
 /// shows. The `stream-update` handle is the list of them, so a call, which
 /// sees no state, knows which messages exist and which would not change.
@@ -487,5 +502,15 @@ mod tests {
         assert!(matches!(&plan[1].1, StreamOp::Send(p) if p.text == "b".repeat(300)));
         assert!(matches!(parse_handle(Some("7:zz")), Err(Failure::Fatal(_))));
         assert_eq!(parse_handle(None).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_download_is_built_from_get_file_and_odd_paths_are_refused() {
+        let ok = download_request("https://api.telegram.org", &json!({"file_id": "f", "file_path": "photos/file_1.jpg"})).unwrap();
+        assert_eq!(ok.url, "https://api.telegram.org/file/bot{{secret:bot_token}}/photos/file_1.jpg");
+        for bad in ["../../etc/passwd", "a/../b", "x?y", "x#y", ""] {
+            assert!(download_request("https://api.telegram.org", &json!({"file_path": bad})).is_err(), "{bad}");
+        }
+        assert!(download_request("https://api.telegram.org", &json!({"file_id": "f"})).is_err(), "no file_path: over 20 MB");
     }
 }

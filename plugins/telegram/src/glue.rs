@@ -188,6 +188,14 @@ impl Guest for Telegram {
         Ok(channel::format_handle(&shown))
     }
 
+    fn media_request(media: MediaRef) -> Result<HttpRequest, ChannelError> {
+        // `getFile` is small JSON and runs here; the file itself is fetched
+        // by the host, which streams it to disk under the size cap.
+        let result = call(&api::get_file(DEFAULT_API_BASE, &media.reference)).map_err(|e| error(channel::delivery_failure(&e)))?;
+        let download = channel::download_request(DEFAULT_API_BASE, &result).map_err(error)?;
+        Ok(request(download, 0))
+    }
+
     fn set_status(chat_id: String, status: ChatStatus) -> Result<(), ChannelError> {
         // Telegram's indicator expires by itself (~5 s); `idle` sends nothing.
         if matches!(status, ChatStatus::Idle) {
