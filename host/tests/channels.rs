@@ -609,3 +609,31 @@ fn telegram_media_is_downloaded_within_the_cap() {
     assert!(!second.contains("evil.sh"), "the platform's file name is not used");
     assert!(!err.contains(tg_token), "the token leaked");
 }
+
+/// A streamed reply past Telegram's 4096 in a forum topic: the first
+/// message is finished where the split falls and the reply goes on in a
+/// second one, both in the topic the question came from, and the final
+/// texts are exactly the parts of the whole reply.
+#[test]
+fn a_long_streamed_reply_in_a_topic_continues_in_a_new_message_there() {
+    let tg_token = "888006:TOPIC-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let (a, b) = ("a".repeat(4000), "b".repeat(600));
+    let reply = format!("{a}\n\n{b}");
+    let mock = MockLlm::start(vec![MockReply::text(reply)]).with_stream_pieces(12).with_chunk_delay(Duration::from_millis(120));
+    let config = telegram_config(&ws, &telegram).replace("stream = false", "stream = true");
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    telegram.push(chitin::testing::MockUpdate::text(-100_777, 555, "@chitinbot tell me a long story").topic(9));
+    gw.wait_for("the streamed reply finished", || gw.stderr().contains("reply delivered (streamed)"));
+    let err = gw.terminate();
+    let sent = telegram.sent_messages();
+    assert_eq!(sent.len(), 2, "{err}");
+    assert!(sent.iter().all(|m| m.chat_id == -100_777 && m.message_thread_id == Some(9)), "in the topic: {sent:?}");
+    let edits = telegram.edits();
+    let last_text = |id: i64, sent: &str| edits.iter().rev().find(|e| e.message_id == id).map_or(sent.to_string(), |e| e.text.clone());
+    assert_eq!(last_text(sent[0].message_id, &sent[0].text), a);
+    assert_eq!(last_text(sent[1].message_id, &sent[1].text), b);
+}

@@ -242,7 +242,7 @@ impl AgentLoop {
             }
             TurnOutcome::Cancelled => {}
             TurnOutcome::Failed(_) => {
-                let mut apology = OutboundMessage::reply(&to.channel, &to.chat_id, APOLOGY);
+                let mut apology = OutboundMessage::answer(&to, APOLOGY);
                 apology.metadata.insert(crate::bus::TURN_FAILED.into(), serde_json::Value::Bool(true));
                 self.core.bus.publish_outbound(apology);
             }

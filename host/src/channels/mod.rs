@@ -552,7 +552,7 @@ pub fn accept(
         message.metadata.insert("sender_name".into(), Value::from(name.clone()));
     }
     if let Some(thread) = &inbound.thread {
-        message.metadata.insert("thread".into(), Value::from(thread.clone()));
+        message.metadata.insert(crate::bus::THREAD.into(), Value::from(thread.clone()));
         message.session_key_override = Some(format!("{channel}:{}:{thread}", inbound.chat_id));
     }
     Some(message)
@@ -675,23 +675,24 @@ async fn deliver_loop(
         if matches!(message.kind, OutboundKind::Message { .. } | OutboundKind::TurnEnd) {
             typing.remove(&message.chat_id);
         }
+        let key: stream::Key = (message.chat_id.clone(), thread_of(&message));
         match message.kind {
             OutboundKind::StreamDelta => {
                 let now = Instant::now();
-                streams.delta(&message.chat_id, &message.content, now, || rate.check(&message.chat_id, now));
+                streams.delta(&key, &message.content, now, || rate.check(&message.chat_id, now));
                 show_streams(&name, &plugin, &runtime, &mut streams).await;
                 continue;
             }
             OutboundKind::TurnEnd => {
-                streams.forget(&message.chat_id);
+                streams.forget(&key);
                 continue;
             }
             OutboundKind::Message { streamed: true } => {
-                if let stream::Finish::Update { handle, at } = streams.finish(&message.chat_id) {
+                if let stream::Finish::Update { handle, at } = streams.finish(&key) {
                     if let Some(at) = at {
                         tokio::time::sleep_until(at.into()).await;
                     }
-                    match runtime.channel_stream_update(&plugin, &message.chat_id, handle.as_deref(), &message.content, true).await {
+                    match runtime.channel_stream_update(&plugin, &message.chat_id, key.1.as_deref(), handle.as_deref(), &message.content, true).await {
                         Ok(handle) => {
                             tracing::info!(channel = %name, chat = %message.chat_id, handle = %handle, "reply delivered (streamed)");
                             continue;
@@ -713,13 +714,18 @@ async fn deliver_loop(
 
 /// Shows every stream that is due (coalesced text, one call per chat).
 async fn show_streams(name: &str, plugin: &LoadedPlugin, runtime: &PluginRuntime, streams: &mut stream::Streams) {
-    for (chat, handle, text) in streams.due(Instant::now()) {
-        let result = runtime.channel_stream_update(plugin, &chat, handle.as_deref(), &text, false).await;
+    for (key, handle, text) in streams.due(Instant::now()) {
+        let result = runtime.channel_stream_update(plugin, &key.0, key.1.as_deref(), handle.as_deref(), &text, false).await;
         if let Err(e) = &result {
-            tracing::warn!(channel = %name, chat = %chat, "stream-update failed; the reply will be delivered whole: {e}");
+            tracing::warn!(channel = %name, chat = %key.0, "stream-update failed; the reply will be delivered whole: {e}");
         }
-        streams.shown(&chat, text, result.map_err(|_| ()), Instant::now());
+        streams.shown(&key, text, result.map_err(|_| ()), Instant::now());
     }
+}
+
+/// The thread or topic an outbound event belongs to.
+fn thread_of(message: &OutboundMessage) -> Option<String> {
+    message.metadata.get(crate::bus::THREAD).and_then(Value::as_str).map(str::to_string)
 }
 
 /// Delivers one reply: the rate limit, then `deliver` with retries.
@@ -734,7 +740,7 @@ async fn deliver_reply(name: &str, plugin: &LoadedPlugin, runtime: &PluginRuntim
     }
     let outgoing = Outgoing {
         chat_id: message.chat_id.clone(),
-        thread: message.metadata.get("thread").and_then(Value::as_str).map(str::to_string),
+        thread: thread_of(message),
         text: message.content.clone(),
         reply_to: message.reply_to.clone(),
         media: Vec::new(),

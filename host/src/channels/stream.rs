@@ -33,6 +33,9 @@ struct Stream {
     failed: bool,
 }
 
+/// A stream's chat and thread (two topics of one chat stream apart).
+pub type Key = (String, Option<String>);
+
 /// How a streamed reply ends.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Finish {
@@ -46,7 +49,7 @@ pub enum Finish {
 #[derive(Debug)]
 pub struct Streams {
     interval: Duration,
-    chats: HashMap<String, Stream>,
+    chats: HashMap<Key, Stream>,
 }
 
 impl Streams {
@@ -57,8 +60,8 @@ impl Streams {
 
     /// Appends a delta to `chat`'s reply; `first_wait` is how long the first
     /// call must wait (the rate limit), asked only for a new stream.
-    pub fn delta(&mut self, chat: &str, delta: &str, now: Instant, first_wait: impl FnOnce() -> Duration) {
-        let stream = self.chats.entry(chat.to_string()).or_insert_with(|| {
+    pub fn delta(&mut self, chat: &Key, delta: &str, now: Instant, first_wait: impl FnOnce() -> Duration) {
+        let stream = self.chats.entry(chat.clone()).or_insert_with(|| {
             let wait = first_wait();
             Stream { not_before: (!wait.is_zero()).then(|| now + wait), ..Stream::default() }
         });
@@ -66,7 +69,7 @@ impl Streams {
     }
 
     /// The chats whose text should be shown now, with their handle and text.
-    pub fn due(&self, now: Instant) -> Vec<(String, Option<String>, String)> {
+    pub fn due(&self, now: Instant) -> Vec<(Key, Option<String>, String)> {
         self.chats
             .iter()
             .filter(|(_, s)| !s.failed && s.text != s.shown && !s.text.trim().is_empty() && s.not_before.is_none_or(|t| now >= t))
@@ -84,7 +87,7 @@ impl Streams {
     }
 
     /// Records a call for `chat` that showed `text` and ended at `now`.
-    pub fn shown(&mut self, chat: &str, text: String, result: Result<String, ()>, now: Instant) {
+    pub fn shown(&mut self, chat: &Key, text: String, result: Result<String, ()>, now: Instant) {
         if let Some(stream) = self.chats.get_mut(chat) {
             stream.not_before = Some(now + self.interval);
             match result {
@@ -98,7 +101,7 @@ impl Streams {
     }
 
     /// How `chat`'s stream ends; the stream is forgotten.
-    pub fn finish(&mut self, chat: &str) -> Finish {
+    pub fn finish(&mut self, chat: &Key) -> Finish {
         match self.chats.remove(chat) {
             Some(s) if !s.failed && s.handle.is_some() => Finish::Update { handle: s.handle, at: s.not_before },
             _ => Finish::Deliver,
@@ -106,7 +109,7 @@ impl Streams {
     }
 
     /// Forgets `chat`'s stream (the turn ended without a final message).
-    pub fn forget(&mut self, chat: &str) {
+    pub fn forget(&mut self, chat: &Key) {
         self.chats.remove(chat);
     }
 }
@@ -115,40 +118,44 @@ impl Streams {
 mod tests {
     use super::*;
 
+    fn c() -> Key {
+        ("c".into(), None)
+    }
+
     #[test]
     fn deltas_coalesce_and_calls_keep_the_interval() {
         let second = Duration::from_secs(1);
         let mut streams = Streams::new(second);
         let t0 = Instant::now();
-        streams.delta("c", "Hel", t0, || Duration::ZERO);
-        assert_eq!(streams.due(t0), vec![("c".into(), None, "Hel".into())], "the first call goes at once");
+        streams.delta(&c(), "Hel", t0, || Duration::ZERO);
+        assert_eq!(streams.due(t0), vec![(c(), None, "Hel".into())], "the first call goes at once");
         let end = t0 + Duration::from_millis(30);
-        streams.shown("c", "Hel".into(), Ok("m1".into()), end);
-        streams.delta("c", "lo", end, || unreachable!("not a new stream"));
-        streams.delta("c", " there", end, || unreachable!());
+        streams.shown(&c(), "Hel".into(), Ok("m1".into()), end);
+        streams.delta(&c(), "lo", end, || unreachable!("not a new stream"));
+        streams.delta(&c(), " there", end, || unreachable!());
         assert!(streams.due(end + Duration::from_millis(999)).is_empty(), "within the interval after the call ended");
         assert_eq!(streams.next_due(), Some(end + second));
-        assert_eq!(streams.due(end + second), vec![("c".into(), Some("m1".into()), "Hello there".into())], "coalesced");
-        streams.shown("c", "Hello there".into(), Ok("m1".into()), end + second);
+        assert_eq!(streams.due(end + second), vec![(c(), Some("m1".into()), "Hello there".into())], "coalesced");
+        streams.shown(&c(), "Hello there".into(), Ok("m1".into()), end + second);
         assert!(streams.due(end + 5 * second).is_empty(), "nothing new: no call");
         assert_eq!(streams.next_due(), None);
-        assert_eq!(streams.finish("c"), Finish::Update { handle: Some("m1".into()), at: Some(end + second + second) });
-        assert_eq!(streams.finish("c"), Finish::Deliver, "forgotten");
+        assert_eq!(streams.finish(&c()), Finish::Update { handle: Some("m1".into()), at: Some(end + second + second) });
+        assert_eq!(streams.finish(&c()), Finish::Deliver, "forgotten");
     }
 
     #[test]
     fn a_failed_call_ends_in_a_plain_delivery_and_blank_text_waits() {
         let mut streams = Streams::new(Duration::from_millis(100));
         let t0 = Instant::now();
-        streams.delta("c", "  \n", t0, || Duration::ZERO);
+        streams.delta(&c(), "  \n", t0, || Duration::ZERO);
         assert!(streams.due(t0).is_empty(), "nothing to show yet");
-        assert_eq!(streams.finish("c"), Finish::Deliver, "never shown");
-        streams.delta("c", "x", t0, || Duration::from_secs(3));
+        assert_eq!(streams.finish(&c()), Finish::Deliver, "never shown");
+        streams.delta(&c(), "x", t0, || Duration::from_secs(3));
         assert!(streams.due(t0).is_empty(), "the rate limit's wait");
         assert_eq!(streams.next_due(), Some(t0 + Duration::from_secs(3)));
-        streams.shown("c", "x".into(), Err(()), t0 + Duration::from_secs(3));
-        streams.delta("c", "y", t0, || Duration::ZERO);
+        streams.shown(&c(), "x".into(), Err(()), t0 + Duration::from_secs(3));
+        streams.delta(&c(), "y", t0, || Duration::ZERO);
         assert!(streams.due(t0 + Duration::from_secs(60)).is_empty(), "no calls after a failure");
-        assert_eq!(streams.finish("c"), Finish::Deliver);
+        assert_eq!(streams.finish(&c()), Finish::Deliver);
     }
 }

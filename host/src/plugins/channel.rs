@@ -130,6 +130,7 @@ impl PluginRuntime {
         &self,
         plugin: &LoadedPlugin,
         chat_id: &str,
+        thread: Option<&str>,
         handle: Option<&str>,
         text_so_far: &str,
         done: bool,
@@ -138,7 +139,7 @@ impl PluginRuntime {
         let handle = self
             .channel_call(plugin, &call, async |store, pre| {
                 let instance = pre.instantiate_async(&mut *store).await?;
-                instance.chitin_plugin_channel().call_stream_update(&mut *store, chat_id, handle, text_so_far, done).await
+                instance.chitin_plugin_channel().call_stream_update(&mut *store, chat_id, thread, handle, text_so_far, done).await
             })
             .await?;
         short("handle", &handle).map_err(|bound| bound.into_error(plugin, call))?;

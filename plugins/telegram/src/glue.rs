@@ -159,10 +159,10 @@ impl Guest for Telegram {
         requests.iter().map(send_part).collect()
     }
 
-    fn stream_update(chat_id: String, handle: Option<String>, text_so_far: String, _done: bool) -> Result<String, ChannelError> {
+    fn stream_update(chat_id: String, thread: Option<String>, handle: Option<String>, text_so_far: String, _done: bool) -> Result<String, ChannelError> {
         // Every call shows the whole reply so far (see `channel::stream_plan`),
         // so the last one (`done`) needs nothing of its own.
-        let to = channel::conversation(&chat_id, None).map_err(error)?;
+        let to = channel::conversation(&chat_id, thread.as_deref()).map_err(error)?;
         let mut shown = channel::parse_handle(handle.as_deref()).map_err(error)?;
         let plan = channel::stream_plan(&text_so_far, &shown);
         if plan.is_empty() {

@@ -12,7 +12,7 @@ pub async fn run(_core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, 
         return Ok(TurnEvent::Ok);
     }
     let text = ctx.final_content.clone().unwrap_or_default();
-    let mut reply = OutboundMessage::reply(&ctx.inbound.channel, &ctx.inbound.chat_id, text);
+    let mut reply = OutboundMessage::answer(&ctx.inbound, text);
     // An error reply was never streamed, even when streaming was on.
     let streamed = ctx.stream.is_some() && ctx.stop_reason != Some(crate::agent::runner::StopReason::Error);
     reply.kind = OutboundKind::Message { streamed };

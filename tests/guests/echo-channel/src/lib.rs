@@ -151,7 +151,7 @@ impl Guest for Echo {
         Ok(vec![format!("{}:{}", message.chat_id, message.text.len())])
     }
 
-    fn stream_update(_chat_id: String, handle: Option<String>, _text_so_far: String, _done: bool) -> Result<String, ChannelError> {
+    fn stream_update(_chat_id: String, _thread: Option<String>, handle: Option<String>, _text_so_far: String, _done: bool) -> Result<String, ChannelError> {
         Ok(handle.unwrap_or_else(|| "stream-1".into()))
     }
 
