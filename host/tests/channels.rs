@@ -637,3 +637,66 @@ fn a_long_streamed_reply_in_a_topic_continues_in_a_new_message_there() {
     assert_eq!(last_text(sent[0].message_id, &sent[0].text), a);
     assert_eq!(last_text(sent[1].message_id, &sent[1].text), b);
 }
+
+/// A "poison" update the adapter cannot parse is passed over with a
+/// warning (the offset moves past it) instead of failing every poll from
+/// then on; the message after it is answered.
+#[test]
+fn a_poison_update_is_skipped_and_the_next_one_answered() {
+    let tg_token = "888007:POISON-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("still here")]);
+    std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
+    let poison = telegram.push_update(serde_json::json!({"message": {"message_id": "NaN", "chat": "not a chat"}}));
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "after the poison"));
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the reply", || !telegram.sent_messages().is_empty());
+    gw.wait_for("a poll past both", || {
+        telegram.requests_for("getUpdates").iter().any(|r| r.params.get("offset").and_then(|o| o.as_str()?.parse::<i64>().ok()).is_some_and(|o| o > poison + 1))
+    });
+    let err = gw.terminate();
+    assert!(err.contains(&format!("update {poison} could not be parsed")), "{err}");
+    assert!(!err.contains("channel step failed"), "no failed step, no backoff: {err}");
+    assert_eq!(telegram.sent_messages()[0].text, "still here");
+    assert_eq!(mock.request_count(), 1);
+}
+
+/// A hostile channel's flood of emits (10 000 in one step) is refused past
+/// the step's bounds and that channel backs off, while another channel of
+/// the same gateway keeps answering; once the platform stops sending the
+/// flood, the hostile channel recovers.
+#[test]
+fn an_emit_flood_is_contained_and_the_other_channel_keeps_working() {
+    let tg_token = "888008:FLOOD-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    install(home.path());
+    let ws = home.path().join("ws");
+    let server = Server::start();
+    server.push(0, "flood");
+    let mock = MockLlm::with_handler(|request, _| {
+        let text = request.to_string();
+        MockReply::text(if text.contains("after the flood") { "echo ok" } else { "telegram ok" })
+    });
+    let echo = config(server.port, "\"*\"");
+    let echo = echo[echo.find("[plugins.echo-channel]").unwrap()..].to_string();
+    let config = format!("{}{echo}", telegram_config(&ws, &telegram));
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let mut cmd = telegram_gateway(home.path(), &mock, tg_token);
+    cmd.env("ECHO_TEST_TOKEN", TOKEN);
+    let gw = Gateway::spawn(cmd);
+    gw.wait_for("the flood refused", || gw.stderr().contains("channel step failed (1 in a row)"));
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "are you alive?"));
+    gw.wait_for("telegram's reply during the flood", || !telegram.sent_messages().is_empty());
+    assert_eq!(telegram.sent_messages()[0].text, "telegram ok");
+    assert!(!gw.stderr().contains("flood-"), "no flooded message got through: {}", gw.stderr());
+    server.state.lock().unwrap().updates = vec![(1, "after the flood".into())];
+    gw.wait_for("the echo channel recovered", || gw.stderr().contains("channel recovered"));
+    gw.wait_for("echo's reply", || delivered(&gw.stderr()) >= 2);
+    let err = gw.terminate();
+    let refusal = err.lines().find(|l| l.contains("channel step failed (1 in a row)")).unwrap();
+    assert!(refusal.contains("echo") && refusal.contains("actions"), "the refusal names the bound: {refusal}");
+    assert_eq!(mock.request_count(), 2, "one model request per channel, none for the flood: {err}");
+}

@@ -147,6 +147,8 @@ pub struct StepOut {
     pub state: Vec<u8>,
     /// What to do.
     pub effects: Vec<Effect>,
+    /// Lines for the host's log (warnings).
+    pub warnings: Vec<String>,
 }
 
 /// `start`: reads the config over the committed state (the offset survives
@@ -181,7 +183,7 @@ pub fn start(config: &str, state: &[u8]) -> Result<StepOut, Failure> {
             vec![Effect::Http(set_webhook(&state.api_base, &url))]
         }
     };
-    Ok(StepOut { state: state.encode(), effects })
+    Ok(StepOut { state: state.encode(), effects, warnings: Vec::new() })
 }
 
 /// `setWebhook` with the secret as its placeholder (the crate's
@@ -216,14 +218,14 @@ pub fn poll_response(status: u16, body: &[u8], state_bytes: &[u8]) -> Result<Ste
     let Some(username) = state.bot_username.clone() else {
         let me = api_result(status, body).map_err(|e| api_failure(&e))?;
         state.bot_username = Some(api::bot_username(&me)?);
-        return Ok(StepOut { state: state.encode(), effects: vec![Effect::PollAfter(0)] });
+        return Ok(StepOut { state: state.encode(), effects: vec![Effect::PollAfter(0)], warnings: Vec::new() });
     };
     let batch = match parse_get_updates(status, body, &username) {
         Ok(batch) => batch,
         Err(TelegramError::Api(error)) => {
             return match error {
                 ApiError::RateLimited { retry_after } => {
-                    Ok(StepOut { state: state_bytes.to_vec(), effects: vec![Effect::PollAfter(retry_ms(retry_after))] })
+                    Ok(StepOut { state: state_bytes.to_vec(), effects: vec![Effect::PollAfter(retry_ms(retry_after))], warnings: Vec::new() })
                 }
                 other => Err(api_failure(&other)),
             };
@@ -233,7 +235,8 @@ pub fn poll_response(status: u16, body: &[u8], state_bytes: &[u8]) -> Result<Ste
     if batch.next_offset.is_some() {
         state.offset = batch.next_offset;
     }
-    Ok(StepOut { state: state.encode(), effects: batch.events.into_iter().map(Effect::Emit).collect() })
+    let warnings = batch.malformed.iter().map(|id| format!("update {id} could not be parsed; skipped past it")).collect();
+    Ok(StepOut { state: state.encode(), effects: batch.events.into_iter().map(Effect::Emit).collect(), warnings })
 }
 
 fn retry_ms(seconds: u64) -> u32 {
@@ -247,7 +250,7 @@ pub fn on_webhook(body: &[u8], state: &[u8]) -> Result<StepOut, Failure> {
     let username = decoded.bot_username.clone().unwrap_or_default();
     let mut effects: Vec<Effect> = parse_webhook(body, &username)?.into_iter().map(Effect::Emit).collect();
     effects.push(Effect::RespondOk);
-    Ok(StepOut { state: state.to_vec(), effects })
+    Ok(StepOut { state: state.to_vec(), effects, warnings: Vec::new() })
 }
 
 /// Where a reply goes: the host hands back the `chat-id` and `thread` the
@@ -502,6 +505,19 @@ mod tests {
         assert!(matches!(&plan[1].1, StreamOp::Send(p) if p.text == "b".repeat(300)));
         assert!(matches!(parse_handle(Some("7:zz")), Err(Failure::Fatal(_))));
         assert_eq!(parse_handle(None).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_poison_update_is_passed_over_with_a_warning() {
+        let state = State { api_base: "http://x".into(), bot_username: Some("bot".into()), offset: Some(5), mode: Mode::Poll }.encode();
+        let body = json!({"ok": true, "result": [
+            {"update_id": 5, "message": {"message_id": "not a number", "chat": 7}},
+            {"update_id": 6, "message": {"message_id": 1, "date": 0, "chat": {"id": 9, "type": "private"}, "from": {"id": 2, "is_bot": false, "first_name": "A"}, "text": "hi"}}
+        ]});
+        let step = poll_response(200, body.to_string().as_bytes(), &state).unwrap();
+        assert_eq!(State::decode(&step.state).unwrap().offset, Some(7), "past the poison update");
+        assert_eq!(step.effects.len(), 1, "the good one is emitted");
+        assert_eq!(step.warnings, ["update 5 could not be parsed; skipped past it"]);
     }
 
     #[test]

@@ -85,6 +85,9 @@ fn inbound(event: InboundEvent) -> Inbound {
 }
 
 fn step(out: StepOut) -> Step {
+    for warning in &out.warnings {
+        chitin::plugin::host::log(chitin::plugin::host::LogLevel::Warn, warning);
+    }
     let actions = out
         .effects
         .into_iter()
