@@ -236,6 +236,37 @@ pub fn retry_after(headers: &[(String, String)], body: &[u8]) -> Option<Duration
 mod tests {
     use super::*;
 
+    /// Downloads against a local server that streams 64 KiB chunks with no
+    /// `content-length` (so only the running count can stop it).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_download_stops_at_the_cap_and_keeps_no_partial_file() {
+        use http_body_util::StreamBody;
+        use hyper::body::Frame;
+        let server = crate::testing::server::MockServer::start("Files", |request: hyper::Request<hyper::body::Incoming>| async move {
+            let chunks = if request.uri().path() == "/big" { 40 } else { 2 };
+            let frames = (0..chunks).map(|_| Ok::<_, std::convert::Infallible>(Frame::data(bytes::Bytes::from(vec![1u8; 64 * 1024]))));
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(StreamBody::new(futures::stream::iter(frames))))
+        });
+        let addr = server.addr();
+        let granted = vec![HostPattern::parse(&addr.to_string()).unwrap()];
+        let transport = Transport::new("files", granted, Secrets::default(), None, None);
+        let dir = tempfile::tempdir().unwrap();
+        let get = |path: &str| HttpRequest { method: HttpMethod::Get, url: format!("http://{addr}{path}"), headers: vec![], body: vec![], timeout_ms: 0 };
+        let cap = 1024 * 1024;
+        let refused = transport.download(&get("/big"), cap, dir.path(), "bin").await.unwrap_err();
+        assert!(matches!(refused, DownloadError::TooLarge { .. }), "{refused}");
+        assert_eq!(refused.to_string(), "larger than 1 MB");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no partial file left");
+        let (path, size) = transport.download(&get("/small"), cap, dir.path(), "bin").await.unwrap();
+        assert_eq!(size, 128 * 1024);
+        assert_eq!(std::fs::read(&path).unwrap().len(), 128 * 1024);
+        assert_eq!(path.extension().unwrap(), "bin");
+        let again = transport.download(&get("/small"), cap, dir.path(), "bin").await.unwrap();
+        assert_eq!(again.0, path, "the same bytes, the same name");
+        let denied = Transport::new("files", vec![], Secrets::default(), None, None).download(&get("/small"), cap, dir.path(), "bin").await.unwrap_err();
+        assert!(matches!(denied, DownloadError::Transport(TransportError::Denied { .. })), "{denied}");
+    }
+
     #[test]
     fn retry_after_reads_telegrams_body_then_the_header() {
         let body = br#"{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 7","parameters":{"retry_after":7}}"#;

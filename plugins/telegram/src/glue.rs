@@ -196,7 +196,8 @@ impl Guest for Telegram {
         // by the host, which streams it to disk under the size cap.
         let result = call(&api::get_file(DEFAULT_API_BASE, &media.reference)).map_err(|e| error(channel::delivery_failure(&e)))?;
         let download = channel::download_request(DEFAULT_API_BASE, &result).map_err(error)?;
-        Ok(request(download, 0))
+        // Up to 20 MB: more time than the host's 30 s default.
+        Ok(request(download, 120_000))
     }
 
     fn set_status(chat_id: String, status: ChatStatus) -> Result<(), ChannelError> {
