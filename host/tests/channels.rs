@@ -259,6 +259,7 @@ fn telegram_round_trip_through_the_agent_and_the_fs_tool() {
     assert_eq!(sent[0].chat_id, 777);
     assert!(sent[0].text.contains("<b>note.txt</b>"), "rendered for Telegram: {:?}", sent[0].text);
     assert_eq!(std::fs::read_to_string(ws.join("note.txt")).unwrap(), "hi from telegram");
+    assert_eq!(telegram.requests_for("deleteWebhook").len(), 1, "poll mode deletes any webhook first");
     // "typing" was shown in the chat while the agent worked (set-status,
     // through the component's own request, token filled in by the host).
     let typing = telegram.chat_actions();
@@ -459,6 +460,10 @@ fn telegram_webhook_round_trip_refuses_bad_secrets_and_dedups() {
     assert_eq!(hook.url, format!("http://127.0.0.1:{port}/webhooks/telegram/telegram"));
     assert_eq!(hook.secret_token.as_deref(), Some(WEBHOOK_SECRET), "the host substituted the placeholder in the body");
     assert!(telegram.requests_for("getUpdates").is_empty(), "no polling in webhook mode");
+    assert!(telegram.requests_for("deleteWebhook").is_empty());
+    let set = telegram.requests_for("setWebhook");
+    assert_eq!(set.len(), 1);
+    assert_eq!(set[0].params["secret_token"], WEBHOOK_SECRET, "sent substituted; the component wrote the placeholder");
 
     let mut update = telegram.update_json(&chitin::testing::MockUpdate::text(777, 555, "hello by webhook"));
     // One id for every delivery below, as Telegram's redelivery keeps it.
@@ -699,4 +704,48 @@ fn an_emit_flood_is_contained_and_the_other_channel_keeps_working() {
     let refusal = err.lines().find(|l| l.contains("channel step failed (1 in a row)")).unwrap();
     assert!(refusal.contains("echo") && refusal.contains("actions"), "the refusal names the bound: {refusal}");
     assert_eq!(mock.request_count(), 2, "one model request per channel, none for the flood: {err}");
+}
+
+/// Webhook mode with the echo channel: a step that fails is answered 500
+/// (the platform retries) and commits nothing; the retry is answered with
+/// the component's own `respond` (status and body) and reaches the agent
+/// once; a request to the route without the secret never reaches it.
+#[test]
+fn a_failed_webhook_step_answers_500_and_the_retry_the_components_respond() {
+    let home = tempfile::tempdir().unwrap();
+    install(home.path());
+    let port = free_port();
+    let mock = MockLlm::start(vec![MockReply::text("pong")]);
+    let config = config(1, "\"*\"")
+        .replace("listen = \"127.0.0.1:0\"", &format!("listen = \"127.0.0.1:{port}\""))
+        .replace("greeting = \"hi\"\n", &format!("greeting = \"hi\"\nmode = \"webhook\"\npublic_url = \"http://127.0.0.1:{port}\"\nwebhook_secret = \"${{ECHO_TEST_WEBHOOK_SECRET}}\"\n"));
+    std::fs::write(home.path().join("config.toml"), &config).unwrap();
+    let mut cmd = chitin(home.path(), &["gateway"]);
+    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("ECHO_TEST_TOKEN", TOKEN).env("ECHO_TEST_WEBHOOK_SECRET", "echo-secret-77").env("RUST_LOG", "chitin=info");
+    let gw = Gateway::spawn(cmd);
+    gw.wait_for("the webhook route", || gw.stderr().contains("webhook route /webhooks/echo/echo"));
+    let post = |body: &str, secret: Option<&str>| -> (u16, String) {
+        block_on(async {
+            let mut request = reqwest::Client::new().post(format!("http://127.0.0.1:{port}/webhooks/echo/echo")).body(body.to_string());
+            if let Some(secret) = secret {
+                request = request.header("X-Echo-Secret", secret);
+            }
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        })
+    };
+    assert_eq!(post(r#"{"updates":[{"id":5,"text":"hello"}]}"#, None).0, 401);
+    let (status, _) = post(r#"{"updates":[{"id":5,"text":"fail"}]}"#, Some("echo-secret-77"));
+    assert_eq!(status, 500, "a failed step: the platform retries");
+    assert_eq!(mock.request_count(), 0);
+    let (status, body) = post(r#"{"updates":[{"id":5,"text":"hello"}]}"#, Some("echo-secret-77"));
+    assert_eq!((status, body.as_str()), (200, "ok"), "the component's respond");
+    gw.wait_for("the reply delivered", || delivered(&gw.stderr()) == 1);
+    let (status, _) = post(r#"{"updates":[{"id":5,"text":"hello"}]}"#, Some("echo-secret-77"));
+    assert_eq!(status, 200);
+    let err = gw.terminate();
+    assert!(err.contains("webhook step failed, answered 500"), "{err}");
+    assert_eq!(mock.request_count(), 1, "the retried update reached the agent once: {err}");
+    assert_eq!(delivered(&err), 1);
+    assert!(!err.contains("echo-secret-77"), "the secret is in the log");
 }

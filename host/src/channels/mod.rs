@@ -173,6 +173,10 @@ pub fn build(
         let config = ChannelConfig::parse(name, raw, |k| spec.secrets.iter().any(|s| s.name == k))?;
         if config.mode == Mode::Webhook {
             let key = |k: &str| format!("channels.{name}.{k}");
+            // The name is a segment of the route's URL path.
+            if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                return Err(ChannelSetupError::Config { key: key("mode"), message: format!("a webhook channel's name is part of its URL (/webhooks/{name}/...): use letters, digits, `_` and `-` only") });
+            }
             let Some(hook) = spec.webhook.as_ref().filter(|_| spec.receive.contains(&crate::plugins::manifest::channel::ReceiveMode::Webhook)) else {
                 return Err(ChannelSetupError::Config { key: key("mode"), message: format!("plugin `{plugin_name}` does not receive by webhook (its manifest's channel.receive)") });
             };
