@@ -26,19 +26,25 @@ pub struct BusResponder {
     bus: Arc<MessageBus>,
     channel: String,
     chat_id: String,
+    /// The inbound's thread or topic: every event goes back to it.
+    thread: Option<Value>,
     stream: bool,
 }
 
 impl BusResponder {
     /// A responder for the turn of `to`; `stream` asks for reply deltas.
     pub fn new(bus: Arc<MessageBus>, to: &InboundMessage, stream: bool) -> Arc<Self> {
-        Arc::new(BusResponder { bus, channel: to.channel.clone(), chat_id: to.chat_id.clone(), stream })
+        let thread = to.metadata.get(bus::THREAD).cloned();
+        Arc::new(BusResponder { bus, channel: to.channel.clone(), chat_id: to.chat_id.clone(), thread, stream })
     }
 
     fn publish(&self, kind: OutboundKind, content: impl Into<String>, metadata: Map<String, Value>) {
         let mut event = OutboundMessage::reply(&self.channel, &self.chat_id, content);
         event.kind = kind;
         event.metadata = metadata;
+        if let Some(thread) = &self.thread {
+            event.metadata.insert(bus::THREAD.into(), thread.clone());
+        }
         self.bus.publish_outbound(event);
     }
 

@@ -28,6 +28,7 @@
 pub mod api;
 pub mod router;
 pub mod webchat;
+pub mod webhooks;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -101,6 +102,8 @@ pub struct ChannelContext {
     pub outbound: mpsc::UnboundedReceiver<OutboundMessage>,
     /// Fires at shutdown, after intake stopped.
     pub shutdown: CancellationToken,
+    /// Where a channel in webhook mode registers its route.
+    pub webhooks: Arc<crate::channels::webhook::Routes>,
 }
 
 /// The channels `[channels]` enables, each over its loaded channel plugin.
@@ -159,7 +162,7 @@ impl Gateway {
         let agent = AgentLoop::new(core);
         let listener = TcpListener::bind(config.listen).await.map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
-        let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth));
+        let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth, crate::channels::webhook::Routes::new()));
         Ok(Gateway { listener, addr, state, bus, channels, cron })
     }
 
@@ -195,7 +198,7 @@ impl Gateway {
             .into_iter()
             .map(|channel| {
                 let outbound = state.router.route_channel(channel.name());
-                channel.start(ChannelContext { bus: bus.clone(), outbound, shutdown: channel_stop.clone() })
+                channel.start(ChannelContext { bus: bus.clone(), outbound, shutdown: channel_stop.clone(), webhooks: state.webhooks.clone() })
             })
             .collect();
         // Cron stops with the channels: both are intake.

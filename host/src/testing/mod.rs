@@ -9,7 +9,7 @@
 //! benchmarks link the library as an ordinary dependency.
 
 pub mod bomb;
-mod server;
+pub(crate) mod server;
 mod mock_llm;
 mod mock_telegram;
 

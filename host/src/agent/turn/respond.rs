@@ -15,7 +15,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         return Ok(TurnEvent::Ok);
     }
     let text = ctx.final_content.clone().unwrap_or_default();
-    let mut reply = OutboundMessage::reply(&ctx.inbound.channel, &ctx.inbound.chat_id, text);
+    let mut reply = OutboundMessage::answer(&ctx.inbound, text);
     // An error reply was never streamed, even when streaming was on.
     let streamed = ctx.sink.streams_text() && ctx.stop_reason != Some(crate::agent::runner::StopReason::Error);
     reply.kind = OutboundKind::Message { streamed };
