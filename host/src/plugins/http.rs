@@ -29,7 +29,7 @@ use std::sync::Arc;
 use http::uri::{Authority, Scheme, Uri};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
-use super::grants::{HostPattern, is_private};
+use super::grants::{HostPattern, best_match, is_private};
 use super::manifest::channel::Injection;
 use super::secrets::Secrets;
 
@@ -80,6 +80,15 @@ fn substitute_secrets(outbound: &Outbound, request: &mut http::Request<WasiBody>
     let uri = request.uri().to_string();
     let host = request.uri().host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
     let port = request.uri().port_u16().unwrap_or(if request.uri().scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 });
+    // A declared secret without a value: refused with the config key to
+    // set, never sent with the bare placeholder where the key belongs.
+    let missing = std::iter::once((uri.as_str(), Injection::Url))
+        .chain(request.headers().values().filter_map(|v| v.to_str().ok()).map(|v| (v, Injection::Header)))
+        .find_map(|(text, place)| outbound.secrets.unavailable_in(text, place, &host, port));
+    if let Some(reason) = missing {
+        tracing::warn!(%host, "outgoing HTTP refused: {reason}");
+        return Err(HttpError::InternalError(Some(reason.to_string())));
+    }
     let mut substituted = false;
     let target = outbound.secrets.substitute(&uri, Injection::Url, &host, port).into_owned();
     substituted |= target != uri;
@@ -235,7 +244,7 @@ pub(crate) async fn admit(plugin: &str, granted: &[HostPattern], uri: &Uri) -> R
     let tls = uri.scheme() == Some(&Scheme::HTTPS);
     let host = authority.host().trim_start_matches('[').trim_end_matches(']');
     let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
-    let Some(pattern) = granted.iter().find(|p| p.matches(host, port)) else {
+    let Some(pattern) = best_match(granted, host, port) else {
         // Only another port of this host granted: name the port, not the host.
         let allow = if granted.iter().any(|p| p.matches_host(host)) { format!("{host}:{port}") } else { host.to_string() };
         return Err(deny(format!("`{host}:{port}` is not granted; add \"{allow}\" to `network` under [plugins.{plugin}] to allow it")));
