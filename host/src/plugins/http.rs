@@ -80,15 +80,6 @@ fn substitute_secrets(outbound: &Outbound, request: &mut http::Request<WasiBody>
     let uri = request.uri().to_string();
     let host = request.uri().host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
     let port = request.uri().port_u16().unwrap_or(if request.uri().scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 });
-    // A declared secret without a value: refused with the config key to
-    // set, never sent with the bare placeholder where the key belongs.
-    let missing = std::iter::once((uri.as_str(), Injection::Url))
-        .chain(request.headers().values().filter_map(|v| v.to_str().ok()).map(|v| (v, Injection::Header)))
-        .find_map(|(text, place)| outbound.secrets.unavailable_in(text, place, &host, port));
-    if let Some(reason) = missing {
-        tracing::warn!(%host, "outgoing HTTP refused: {reason}");
-        return Err(HttpError::InternalError(Some(reason.to_string())));
-    }
     let mut substituted = false;
     let target = outbound.secrets.substitute(&uri, Injection::Url, &host, port).into_owned();
     substituted |= target != uri;
@@ -104,6 +95,27 @@ fn substitute_secrets(outbound: &Outbound, request: &mut http::Request<WasiBody>
         *request.uri_mut() = target.parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
     }
     Ok(substituted)
+}
+
+/// Refuses a request that carries, where its secret would be filled in,
+/// the placeholder of a declared secret without a value: the error names
+/// the config key to set, and the request is never sent with a bare
+/// placeholder where the key belongs. Checked before the grant (it needs no
+/// name lookup), so the user learns what to configure first.
+fn refuse_missing_secret(plugin: &str, outbound: &Outbound, request: &http::Request<WasiBody>) -> Result<(), HttpError> {
+    let uri = request.uri().to_string();
+    let host = request.uri().host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+    let port = request.uri().port_u16().unwrap_or(if request.uri().scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 });
+    let missing = std::iter::once((uri.as_str(), Injection::Url))
+        .chain(request.headers().values().filter_map(|v| v.to_str().ok()).map(|v| (v, Injection::Header)))
+        .find_map(|(text, place)| outbound.secrets.unavailable_in(text, place, host, port));
+    match missing {
+        Some(reason) => {
+            tracing::warn!(plugin, %host, "outgoing HTTP refused: {reason}");
+            Err(HttpError::InternalError(Some(reason.to_string())))
+        }
+        None => Ok(()),
+    }
 }
 
 impl Outbound {
@@ -186,6 +198,9 @@ impl WasiHttpHooks for HttpPolicy {
             // a denial's log line carries no secret), then filled in. A
             // platform request the rewrite redirects is admitted by name: the
             // base it goes to is the user's own config.
+            if let Some(outbound) = &outbound {
+                refuse_missing_secret(&plugin, outbound, &request)?;
+            }
             let redirected = outbound.as_ref().is_some_and(|o| o.redirects(request.uri()));
             let pinned = if redirected {
                 if !granted_name(&granted, request.uri()) {
