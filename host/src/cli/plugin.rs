@@ -132,6 +132,7 @@ fn describe(p: &LoadedPlugin) -> Value {
             "network": p.grant.network.iter().map(ToString::to_string).collect::<Vec<_>>(),
         },
         "notes": p.grant_notes,
+        "secrets": p.secret_status().into_iter().map(|(name, missing)| json!({"name": name, "configured": missing.is_none()})).collect::<Vec<_>>(),
     })
 }
 
@@ -154,6 +155,15 @@ fn print_plugin(p: &LoadedPlugin) -> std::io::Result<()> {
     outln!("  network:   asks {}, granted {}", shown(&asked, 4096, "network"), shown(&granted, 4096, "network"))?;
     for note in &p.grant_notes {
         outln!("  note: {}", shown(note, 1024, "note"))?;
+    }
+    for ((name, missing), secret) in p.secret_status().into_iter().zip(&m.secrets) {
+        let inject: Vec<String> = secret.inject.iter().map(|i| format!("{i:?}").to_lowercase()).collect();
+        let state = match missing {
+            None => "configured".to_string(),
+            Some(reason) => reason,
+        };
+        let line = format!("{name}: to {}, in {}; {state}", secret.audience.as_deref().unwrap_or("none"), inject.join(", "));
+        outln!("  secret:    {}", shown(&line, 1024, "secret"))?;
     }
     if let Some(channel) = &m.channel {
         let receive: Vec<String> = channel.receive.iter().map(|r| format!("{r:?}").to_lowercase()).collect();

@@ -95,6 +95,17 @@ impl LoadedPlugin {
         self.outbound.set(Arc::new(outbound)).is_ok()
     }
 
+    /// For each secret of a tool plugin's manifest: its name, and why it
+    /// has no value (`None` when the config gives one).
+    pub fn secret_status(&self) -> Vec<(&str, Option<String>)> {
+        let secrets = self.outbound.get().map(|o| &o.secrets);
+        self.manifest
+            .secrets
+            .iter()
+            .map(|s| (s.name.as_str(), secrets.map_or(Some("not configured".to_string()), |x| x.unavailable_reason(&s.name).map(str::to_string))))
+            .collect()
+    }
+
     /// The plugin's name.
     pub fn name(&self) -> &str {
         &self.name

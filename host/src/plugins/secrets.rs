@@ -105,6 +105,12 @@ impl Secrets {
         Ok(())
     }
 
+    /// Why the secret `name` has no value, if it was marked unavailable.
+    pub fn unavailable_reason(&self, name: &str) -> Option<&str> {
+        let placeholder = placeholder(name);
+        self.unavailable.iter().find(|u| u.placeholder == placeholder).map(|u| u.reason.as_str())
+    }
+
     /// Why `text` (a part `place` of a request to `host:port`) cannot be
     /// sent: it carries the placeholder of a secret that has no value, where
     /// that secret would be filled in. `None` when nothing is missing.
