@@ -259,6 +259,7 @@ fn a_tool_plugins_secrets_are_validated_like_a_channels() {
         (json!({"name": "k", "inject": ["header"]}), "secrets[0].audience", "one host"),
         (json!({"name": "k", "audience": "api.weather.example", "inject": ["frame"]}), "secrets[0].inject[0]", "tool plugin"),
         (json!({"name": "k"}), "secrets[0]", "not injected"),
+        (json!({"name": "k", "audience": "api.weather.example", "inject": ["body"]}), "secrets[0].inject[0]", "header"),
     ];
     for (spec, field, words) in cases {
         let (got, text) = rejected(|v| {

@@ -273,6 +273,12 @@ impl Manifest {
         for (i, secret) in self.secrets.iter().enumerate() {
             // A tool plugin has no webhook to verify: a secret is only ever
             // injected into its requests.
+            if let Some(j) = secret.inject.iter().position(|p| *p == channel::Injection::Body) {
+                return Err(ManifestError::new(
+                    format!("secrets[{i}].inject[{j}]"),
+                    "a tool plugin's secret goes in a `header` or the `url`; `wasi:http` request bodies are streamed and not substituted",
+                ));
+            }
             if secret.inject.is_empty() {
                 return Err(ManifestError::new(
                     format!("secrets[{i}]"),
