@@ -48,6 +48,13 @@ max_concurrent_calls = 32
 [plugins.fs]
 workspace = "read-write"
 
+# Web tools (web_fetch, web_search) are off until this table exists. "*" is
+# any public host; loopback and private addresses need the address itself.
+# [plugins.web]
+# network = ["*"]
+# settings = { search_provider = "brave" }   # or "tavily", or "searxng" + searxng_url
+# secrets = { brave_api_key = "${BRAVE_API_KEY}" }
+
 # `chitin gateway`: the OpenAI-compatible API. It refuses to start without a
 # token; auth_token = "" (no authentication) is accepted on loopback only.
 [gateway]

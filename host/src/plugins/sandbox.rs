@@ -1,6 +1,7 @@
 //! The per-call sandbox: everything that lives in one call's `Store`.
 //!
-//! Deny by default: the WASI context starts empty (no env, no args, no stdin,
+//! Deny by default: the WASI context starts empty (no env but the plugin's
+//! own `[plugins.<name>.settings]`, no args, no stdin,
 //! no preopens, sockets denied for every address, no name lookup), and only
 //! the call's [`Grant`] adds to it. Each capability reaches its own field
 //! through a small view (`WasiView`, `WasiHttpView`, the `host` interface), so
@@ -132,7 +133,10 @@ impl Budget {
 impl StoreState {
     /// Builds the sandbox of one call to `plugin` under `grant`. `read_only`
     /// is the called tool's declaration: such a call gets the workspace
-    /// read-only whatever the grant, so the flag cannot lie.
+    /// read-only whatever the grant, so the flag cannot lie. `settings`
+    /// (the plugin's `[plugins.<name>.settings]` as JSON) is the one
+    /// environment variable a component gets, [`super::configured::SETTINGS_VAR`].
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         plugin: &Arc<str>,
         grant: &Grant,
@@ -141,10 +145,14 @@ impl StoreState {
         progress: Option<ProgressSink>,
         read_only: bool,
         outbound: Option<Arc<super::http::Outbound>>,
+        settings: Option<&str>,
     ) -> Result<StoreState, PluginError> {
         let stderr = CapturedOutput::new(STDERR_CAPTURE);
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(stderr.clone()).allow_ip_name_lookup(false).allow_tcp(false).allow_udp(false);
+        if let Some(settings) = settings {
+            wasi.env(super::configured::SETTINGS_VAR, settings);
+        }
         let perms = match grant.workspace {
             WorkspaceAccess::None => None,
             WorkspaceAccess::Read => Some(FsPerms::ReadOnly),
