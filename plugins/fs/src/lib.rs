@@ -10,12 +10,15 @@ use std::path::Path;
 use chitin_sdk::prelude::*;
 
 pub mod apply;
+pub mod docx;
 pub mod edit;
+pub mod extract;
 pub mod find;
 pub mod grep;
 pub mod list;
 pub mod patch;
 pub mod paths;
+pub mod pdf;
 pub mod read;
 pub mod text;
 pub mod write;
@@ -53,7 +56,9 @@ struct ReadFileArgs {
 /// the number and `| ` are not part of the file. At most `limit` lines (2000
 /// by default) are returned; when more remain, the output ends with the
 /// `offset` to continue from. Lines longer than 2000 characters are cut.
-/// Binary files and files over 10 MiB are refused (use grep on those).
+/// PDF and Word (.docx) files come as their extracted text, paged the same
+/// way, after a note saying so (PDF pages start with `--- page N of M ---`).
+/// Other binary files and files over 10 MiB are refused (use grep on those).
 #[tool(read_only, concurrency_safe)]
 fn read_file(args: ReadFileArgs) -> Result<String, FsError> {
     read::read_file(root(), &args.path, args.offset, args.limit)
