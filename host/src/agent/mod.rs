@@ -5,6 +5,7 @@
 //! assembly) → [`runner`] (the ReAct loop and its governance).
 
 pub mod active;
+pub mod attachments;
 pub mod agent_loop;
 pub mod commands;
 pub mod context;

@@ -236,7 +236,13 @@ impl PluginRuntime {
     /// A fresh store for one call to `plugin`: its sandbox, the memory and
     /// table limiter, and the epoch deadline of `[limits] timeout_ms`.
     pub(super) fn new_store(&self, plugin: &LoadedPlugin, progress: Option<ProgressSink>, read_only: bool) -> Result<Store<StoreState>, PluginError> {
-        let state = StoreState::new(&plugin.name, &plugin.grant, &self.workspace, &self.limits, progress, read_only, plugin.outbound.get().cloned())?;
+        self.new_store_in(plugin, progress, read_only, None)
+    }
+
+    /// [`PluginRuntime::new_store`] preopening `workspace` (default: the runtime's).
+    pub(super) fn new_store_in(&self, plugin: &LoadedPlugin, progress: Option<ProgressSink>, read_only: bool, workspace: Option<&Path>) -> Result<Store<StoreState>, PluginError> {
+        let workspace = workspace.unwrap_or(&self.workspace);
+        let state = StoreState::new(&plugin.name, &plugin.grant, workspace, &self.limits, progress, read_only, plugin.outbound.get().cloned())?;
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let deadline = Instant::now() + self.limits.timeout();

@@ -87,11 +87,11 @@ pub fn load_readable(root: &Path, path: &WsPath) -> FsResult<Readable> {
         }
         return Err(match by_name(path) {
             Some(kind) => FsError::Failed(format!(
-                "{rel} is not a readable {} ({len} bytes that are neither text nor {}); it may be damaged or misnamed",
+                "{rel} is not a readable {}: {}, nor text ({len} bytes); it may be damaged or misnamed",
                 kind.name(),
                 match kind {
-                    Kind::Pdf => "a PDF (no %PDF- header)",
-                    Kind::Docx => "a Word document (not a ZIP holding word/document.xml)",
+                    Kind::Pdf => "it has no %PDF- header",
+                    Kind::Docx => "it is not a ZIP holding word/document.xml",
                 }
             )),
             None => FsError::Failed(format!("binary file, {len} bytes: {rel}")),
