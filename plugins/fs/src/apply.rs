@@ -431,7 +431,7 @@ fn apply_hunks(text: &str, hunks: &[Hunk], rel: &str) -> FsResult<Updated> {
     let mut diff = Vec::new();
     for (k, hunk) in hunks.iter().enumerate() {
         let name = format!("{rel}: hunk {} (patch line {})", k + 1, hunk.patch_line);
-        if let Some(anchor) = &hunk.anchor {
+        for anchor in &hunk.anchors {
             let found = EQUALITIES
                 .iter()
                 .find_map(|eq| (cursor..lines.len()).find(|&i| eq(lines[i], anchor)));
@@ -450,7 +450,7 @@ fn apply_hunks(text: &str, hunks: &[Hunk], rel: &str) -> FsResult<Updated> {
         let new = hunk.new_lines();
         let start = if old.is_empty() {
             // Only additions: after the anchor, or at the end of the file.
-            if hunk.anchor.is_some() && !hunk.at_end { cursor } else { lines.len() }
+            if !hunk.anchors.is_empty() && !hunk.at_end { cursor } else { lines.len() }
         } else {
             match seek(&lines, &old, cursor, hunk.at_end) {
                 Some(i) => i,
@@ -693,6 +693,18 @@ mod tests {
         let p = "*** Begin Patch\n*** Update File: e.txt\n@@ x\n+after x\n*** End Patch";
         run(&dir, p, false).unwrap();
         assert_eq!(read(&dir, "e.txt").unwrap(), "x\nafter x\ny\nz\ntail\n");
+    }
+
+    #[test]
+    fn nested_anchors_pick_the_right_occurrence() {
+        let body = "class A:\n    def run(self):\n        return 1\nclass B:\n    def run(self):\n        return 1\n";
+        let dir = ws(&[("m.py", body)]);
+        let p = "*** Begin Patch\n*** Update File: m.py\n@@ class B:\n@@     def run(self):\n-        return 1\n+        return 2\n*** End Patch";
+        run(&dir, p, false).unwrap();
+        assert_eq!(
+            read(&dir, "m.py").unwrap(),
+            "class A:\n    def run(self):\n        return 1\nclass B:\n    def run(self):\n        return 2\n"
+        );
     }
 
     #[test]

@@ -119,7 +119,8 @@ struct ApplyPatchArgs {
     /// each prefixed with `+`; `*** Delete File: path`; `*** Update File: path`
     /// (optionally followed by `*** Move to: new/path`) followed by hunks. A
     /// hunk starts with `@@` (optionally `@@ line to find first`, e.g. the
-    /// function's first line) and has lines prefixed with ` ` (unchanged
+    /// function's first line; several `@@` lines in a row narrow it down,
+    /// e.g. the class, then the method) and has lines prefixed with ` ` (unchanged
     /// context, 3 lines before and after a change), `-` (removed) or `+`
     /// (added); `*** End of File` after a hunk anchors it at the file's end.
     /// Give either `patch` or `edits`.

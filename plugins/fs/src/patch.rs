@@ -59,9 +59,10 @@ impl FileOp {
 /// A run of context, removed and added lines, found in the file in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hunk {
-    /// The text after `@@`: a line to find first, so that the hunk matches
-    /// after it (e.g. the function the change is in).
-    pub anchor: Option<String>,
+    /// The text after `@@`: lines to find first, in order, so that the hunk
+    /// matches after them (e.g. the class, then the method the change is
+    /// in: `@@ class Foo` then `@@ def bar():`).
+    pub anchors: Vec<String>,
     /// The hunk's lines, without their prefix.
     pub lines: Vec<HunkLine>,
     /// `*** End of File` followed it: the hunk must end at the file's end.
@@ -224,12 +225,16 @@ fn parse_hunks(lines: &[&str], mut i: usize, last: usize, path: &str) -> FsResul
             } else {
                 Some(anchor.to_string())
             };
-            hunks.push(Hunk {
-                anchor,
-                lines: Vec::new(),
-                at_end: false,
-                patch_line: i + 1,
-            });
+            match hunks.last_mut() {
+                // `@@ a` right after `@@ b`: one more line to find first.
+                Some(h) if h.lines.is_empty() && !h.at_end => h.anchors.extend(anchor),
+                _ => hunks.push(Hunk {
+                    anchors: anchor.into_iter().collect(),
+                    lines: Vec::new(),
+                    at_end: false,
+                    patch_line: i + 1,
+                }),
+            }
             i += 1;
             continue;
         }
@@ -263,7 +268,7 @@ fn parse_hunks(lines: &[&str], mut i: usize, last: usize, path: &str) -> FsResul
         if hunks.is_empty() {
             // The first hunk may leave out its `@@`.
             hunks.push(Hunk {
-                anchor: None,
+                anchors: Vec::new(),
                 lines: Vec::new(),
                 at_end: false,
                 patch_line: i + 1,
@@ -369,13 +374,13 @@ mod tests {
         assert_eq!(path, "src/app.py");
         assert_eq!(move_to.as_deref(), Some("src/main.py"));
         assert_eq!(hunks.len(), 2);
-        assert_eq!(hunks[0].anchor.as_deref(), Some("def greet():"));
+        assert_eq!(hunks[0].anchors, ["def greet():"]);
         assert_eq!(
             hunks[0].lines,
             [rm("    print(\"hi\")"), add("    print(\"hello\")"), keep(""), keep("return")]
         );
         assert!(!hunks[0].at_end);
-        assert_eq!(hunks[1].anchor, None, "a unified-diff range is not an anchor");
+        assert!(hunks[1].anchors.is_empty(), "a unified-diff range is not an anchor");
         assert_eq!(hunks[1].lines, [keep("x = 1"), add("y = 2")]);
         assert!(hunks[1].at_end);
         assert_eq!(hunks[0].old_lines(), ["    print(\"hi\")", "", "return"]);
@@ -410,13 +415,23 @@ mod tests {
         assert!(e.starts_with("patch line 2: expected `*** Add File: <path>`"), "{e}");
         let e = err("*** Begin Patch\n*** Delete File:   \n*** End Patch");
         assert!(e.contains("names no file"), "{e}");
-        let e = err("*** Begin Patch\n*** Update File: a\n@@\n@@ x\n y\n*** End Patch");
-        assert!(e.contains("patch line 3: a hunk of a has no lines"), "{e}");
+        let e = err("*** Begin Patch\n*** Update File: a\n@@ x\n y\n@@ z\n*** End Patch");
+        assert!(e.contains("patch line 5: a hunk of a has no lines"), "{e}");
         let e = err("*** Begin Patch\n*** Update File: a\n x\n*** End of File\n+y\n*** End Patch");
         assert!(e.contains("lines after `*** End of File`"), "{e}");
         // Control characters in a quoted line are escaped.
         let e = err("*** Begin Patch\n\u{1b}[31m\n*** End Patch");
         assert!(e.contains("\\u{1b}[31m"), "{e}");
+    }
+
+    #[test]
+    fn consecutive_headers_are_nested_anchors() {
+        let ops = parse("*** Begin Patch\n*** Update File: a\n@@ class Foo\n@@     def bar():\n-x\n+y\n@@ z\n-1\n*** End Patch").unwrap();
+        let FileOp::Update { hunks, .. } = &ops[0] else { panic!() };
+        assert_eq!(hunks.len(), 2);
+        assert_eq!(hunks[0].anchors, ["class Foo", "def bar():"]);
+        assert_eq!(hunks[0].patch_line, 3);
+        assert_eq!(hunks[1].anchors, ["z"]);
     }
 
     #[test]
