@@ -258,6 +258,9 @@ pub struct AgentConfig {
     /// run: the model gets an error asking for smaller calls, and history
     /// keeps only a short prefix of the arguments.
     pub max_tool_args_kb: usize,
+    /// KiB of text one non-image attachment (PDF, DOCX, text) adds to its
+    /// message at most; the rest is cut with a note.
+    pub max_attachment_kb: usize,
     /// Sampling temperature; unset means the provider's default.
     pub temperature: Option<f32>,
     /// Seconds one model request may take.
@@ -284,6 +287,7 @@ impl Default for AgentConfig {
             max_iterations: 200,
             max_tool_result_chars: 16_000,
             max_tool_args_kb: 1024,
+            max_attachment_kb: 64,
             temperature: None,
             llm_timeout_secs: 300,
             max_concurrent_turns: 3,

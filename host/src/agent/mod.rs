@@ -12,6 +12,7 @@
 //! router); `chitin agent` passes its stderr display.
 
 pub mod active;
+pub mod attachments;
 pub mod agent_loop;
 pub mod commands;
 pub mod context;

@@ -270,10 +270,16 @@ impl PluginRuntime {
     /// A fresh store for one call to `plugin`: its sandbox, the memory and
     /// table limiter, and the epoch deadline of `[limits] timeout_ms`.
     pub(super) fn new_store(&self, plugin: &LoadedPlugin, progress: Option<ProgressSink>, read_only: bool) -> Result<Store<StoreState>, PluginError> {
+        self.new_store_in(plugin, progress, read_only, None)
+    }
+
+    /// [`PluginRuntime::new_store`] preopening `workspace` (default: the runtime's).
+    pub(super) fn new_store_in(&self, plugin: &LoadedPlugin, progress: Option<ProgressSink>, read_only: bool, workspace: Option<&Path>) -> Result<Store<StoreState>, PluginError> {
+        let workspace = workspace.unwrap_or(&self.workspace);
         let mut state = StoreState::new(
             &plugin.name,
             &plugin.grant,
-            &self.workspace,
+            workspace,
             &self.limits,
             progress,
             read_only,
