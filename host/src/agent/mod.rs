@@ -15,6 +15,7 @@ pub mod active;
 pub mod agent_loop;
 pub mod commands;
 pub mod context;
+pub mod goals;
 pub mod core;
 pub mod pending;
 pub mod responder;

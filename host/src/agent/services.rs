@@ -18,7 +18,7 @@ use std::sync::{Arc, RwLock};
 
 use super::active::ActiveTurns;
 use crate::bus::{MessageBus, OutboundMessage, SYSTEM_CHANNEL};
-use crate::plugins::services::{Delivery, HostServices, SendRequest, chat_allowed};
+use crate::plugins::services::{Delivery, GoalUpdate, GoalView, HostServices, SendRequest, chat_allowed};
 use crate::plugins::CallContext;
 use crate::workspace::Workspace;
 
@@ -123,6 +123,29 @@ impl HostServices for AgentServices {
         self.bus.publish_outbound(message);
         tracing::info!(session = %call.session_key, %target, attachments = attachments.len(), "message tool: message queued");
         Ok(Delivery { channel, chat_id, current_chat, attachments })
+    }
+
+    /// `goals.create`: on the running turn's goal ([`super::goals`]).
+    fn create_goal(&self, call: &CallContext, objective: String, ui_summary: Option<String>) -> Result<GoalView, String> {
+        let goal = self.goal_slot(call)?.create(objective, ui_summary)?;
+        tracing::info!(session = %call.session_key, "goal created");
+        Ok(goal.view())
+    }
+
+    /// `goals.update`: on the running turn's goal.
+    fn update_goal(&self, call: &CallContext, update: GoalUpdate) -> Result<GoalView, String> {
+        let action = update.action;
+        let goal = self.goal_slot(call)?.update(update)?;
+        tracing::info!(session = %call.session_key, ?action, status = goal.status.name(), "goal updated");
+        Ok(goal.view())
+    }
+}
+
+impl AgentServices {
+    /// The goal of the turn `call` belongs to: a goal is changed only from
+    /// inside its session's turn.
+    fn goal_slot(&self, call: &CallContext) -> Result<Arc<super::goals::GoalSlot>, String> {
+        self.active.get(&call.session_key).map(|turn| turn.goal.clone()).ok_or_else(|| format!("goals: {}", crate::plugins::services::NO_SERVICES))
     }
 }
 

@@ -27,8 +27,9 @@ pub fn builtin_default_grant(name: &str) -> Option<GrantConfig> {
         // The Bot API, nothing else; a user's `[plugins.telegram]` table
         // replaces this (e.g. to add a local Bot API server).
         "telegram" => Some(GrantConfig { network: vec!["api.telegram.org".into()], ..GrantConfig::default() }),
-        // The `message` tool: the current chat only (`chats` adds others).
-        "agent" => Some(GrantConfig { host: vec!["messaging".into()], ..GrantConfig::default() }),
+        // The `message` tool: the current chat only (`chats` adds others);
+        // `create_goal`/`update_goal`: the current session's goal.
+        "agent" => Some(GrantConfig { host: vec!["messaging".into(), "goals".into()], ..GrantConfig::default() }),
         _ => None,
     }
 }

@@ -42,4 +42,4 @@ pub use limits::Limits;
 pub use manifest::{Manifest, ToolSpec, WorkspaceAccess};
 pub use runtime::{CallContext, LoadedPlugin, PluginRuntime, PluginSource, RuntimeConfig};
 pub use sandbox::ProgressSink;
-pub use services::{Delivery, HostInterface, HostServices, SendRequest};
+pub use services::{Delivery, GoalAction, GoalStatus, GoalUpdate, GoalView, HostInterface, HostServices, SendRequest};
