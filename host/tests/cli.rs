@@ -165,6 +165,54 @@ async fn kill_9_during_a_turn_loses_nothing() {
     assert!(last["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool" && m["content"].as_str().unwrap().starts_with("wrote")));
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_mid_goal_then_restart_resumes_the_goal_and_finishes_it() {
+    let mock = MockLlm::start(vec![
+        MockReply::text("Part one is written."),
+        MockReply::Hang,
+        MockReply::tool_call("write_file", json!({"path": "part2.txt", "content": "two"}).to_string()),
+        MockReply::tool_call("update_goal", json!({"action": "complete", "recap": "both parts written"}).to_string()),
+        MockReply::text("Both parts are written."),
+    ]);
+    let home = tempfile::tempdir().unwrap();
+    let mut child = chitin(home.path(), &["agent", "-m", "/goal write both parts", "-s", "cli:goal"])
+        .env("OPENAI_BASE_URL", mock.base_url())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // The second request is the first continuation: the goal is mid-way.
+    while mock.request_count() < 2 {
+        assert!(Instant::now() < deadline, "the goal reached its continuation");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    // On disk: the goal still active, the interim answer and the
+    // continuation boundary saved.
+    let session = JsonlStore::new(home.path().join("sessions")).load("cli:goal").unwrap();
+    assert_eq!(session.metadata["goal_state"]["status"], "active", "{:?}", session.metadata.get("goal_state"));
+    let texts: Vec<&str> = session.messages.iter().map(|m| m.text()).collect();
+    assert_eq!(texts[..2], ["/goal write both parts", "Part one is written."]);
+    assert!(texts[2].starts_with("[Goal continuation]"), "{texts:?}");
+
+    // The restarted process sees the active goal and works it to the end.
+    let out = run(chitin(home.path(), &["agent", "-m", "are you still on it?", "-s", "cli:goal"]).env("OPENAI_BASE_URL", mock.base_url()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "Both parts are written.");
+    assert_eq!(std::fs::read_to_string(home.path().join("workspace/part2.txt")).unwrap(), "two");
+    let resumed = &mock.requests()[2];
+    let system = resumed["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("# Active goal") && system.contains("write both parts"), "the goal is in the restarted prompt");
+    let session = JsonlStore::new(home.path().join("sessions")).load("cli:goal").unwrap();
+    assert_eq!(session.metadata["goal_state"]["status"], "complete");
+    assert_eq!(session.metadata["goal_state"]["recap"], "both parts written");
+    assert!(session.messages.iter().any(|m| m.text().contains("interrupted")), "the killed pass is closed");
+    assert!(!session.metadata.contains_key("pending_user_turn"));
+}
+
 #[test]
 fn a_channel_plugin_is_inspected_installed_and_listed_with_its_world() {
     let home = tempfile::tempdir().unwrap();
