@@ -213,3 +213,24 @@ async fn an_interrupted_goal_resumes_when_the_loop_starts() {
     assert!(stored.messages.iter().any(|m| m.text().contains("interrupted")), "RESTORE closed the interrupted pass");
     assert!(goal_of(&t.stored("chat:6")).unwrap().is_active());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chat_gets_the_interim_answers_as_messages_then_the_reply() {
+    use chitin::bus::{InboundMessage, OutboundKind};
+    let mock = MockLlm::start(vec![MockReply::text("Found 3 of 5."), complete("all 5 found"), MockReply::text("Found all 5.")]);
+    let t = Arc::new(TestAgent::new(mock));
+    let running = t.start_loop();
+    t.bus.publish_inbound(InboundMessage::new("chat", "u1", "9", "/goal find the five files"));
+    let mut messages = Vec::new();
+    loop {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(20), t.bus.consume_outbound()).await.expect("in time").expect("bus open");
+        if event.kind == OutboundKind::TurnEnd {
+            break;
+        }
+        if matches!(event.kind, OutboundKind::Message { .. }) {
+            messages.push((event.content.clone(), event.metadata.get(GOAL_CONTINUATION).is_some()));
+        }
+    }
+    assert_eq!(messages, [("Found 3 of 5.".to_string(), true), ("Found all 5.".to_string(), false)]);
+    running.stop().await;
+}
