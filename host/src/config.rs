@@ -275,6 +275,10 @@ pub struct AgentConfig {
     pub idle_compact_after_minutes: u64,
     /// Stream answers as they are generated.
     pub stream: bool,
+    /// Wall-clock seconds one turn may keep working on an active goal
+    /// (continuing after answers without tools) before it stops and marks
+    /// the goal blocked.
+    pub goal_budget_secs: u64,
 }
 
 impl Default for AgentConfig {
@@ -295,6 +299,7 @@ impl Default for AgentConfig {
             history_max_messages: 500,
             idle_compact_after_minutes: 0,
             stream: true,
+            goal_budget_secs: 1800,
         }
     }
 }

@@ -8,6 +8,8 @@
 //! - a tool starting, its plugin's `host.progress` texts, and its end:
 //!   `Progress` with the metadata of [`crate::bus::PROGRESS_TOOL`]
 //!   (`tool`, `call_id`, `phase`, and `ok` at the end);
+//! - an interim answer of a sustained goal: a reply `Message` marked
+//!   `_goal_continuation` (after `StreamEnd` when streamed);
 //! - the outcome ([`BusResponder::finish`]): `StreamEnd` after a streamed
 //!   reply, the reply (or the apology of a failed turn), then `TurnEnd`,
 //!   always last, so a front end knows the turn is over.
@@ -106,5 +108,18 @@ impl TurnSink for BusResponder {
 
     fn tool_finished(&self, call: &ToolCall, ok: bool) {
         self.tool_event(call, "finished", String::new(), Some(ok));
+    }
+
+    /// An interim answer of a goal run is delivered like a reply (after
+    /// `StreamEnd` when it was streamed), marked with
+    /// [`crate::agent::goals::GOAL_CONTINUATION`], so the chat sees the
+    /// progress while the goal goes on; `TurnEnd` comes only with the turn.
+    fn interim_answer(&self, text: &str) {
+        if self.stream {
+            self.publish(OutboundKind::StreamEnd, "", Map::new());
+        }
+        let mut metadata = Map::new();
+        metadata.insert(crate::agent::goals::GOAL_CONTINUATION.into(), Value::Bool(true));
+        self.publish(OutboundKind::Message { streamed: self.stream }, text, metadata);
     }
 }

@@ -19,7 +19,7 @@ use std::sync::{Arc, RwLock};
 use super::active::ActiveTurns;
 use crate::bus::{MessageBus, OutboundMessage, SYSTEM_CHANNEL};
 use crate::cron::{CronService, Job, JobSpec, Origin, Schedule};
-use crate::plugins::services::{Delivery, HostServices, JobRequest, JobView, SendRequest, When, chat_allowed};
+use crate::plugins::services::{Delivery, GoalUpdate, GoalView, HostServices, JobRequest, JobView, SendRequest, When, chat_allowed};
 use crate::plugins::CallContext;
 use crate::workspace::Workspace;
 
@@ -160,6 +160,29 @@ impl HostServices for AgentServices {
 
     fn remove_job(&self, call: &CallContext, id: &str) -> Result<JobView, String> {
         self.cron()?.remove(&call.session_key, id).map(|j| job_view(&j)).map_err(|e| e.to_string())
+    }
+
+    /// `goals.create`: on the running turn's goal ([`super::goals`]).
+    fn create_goal(&self, call: &CallContext, objective: String, ui_summary: Option<String>) -> Result<GoalView, String> {
+        let goal = self.goal_slot(call)?.create(objective, ui_summary)?;
+        tracing::info!(session = %call.session_key, "goal created");
+        Ok(goal.view())
+    }
+
+    /// `goals.update`: on the running turn's goal.
+    fn update_goal(&self, call: &CallContext, update: GoalUpdate) -> Result<GoalView, String> {
+        let action = update.action;
+        let goal = self.goal_slot(call)?.update(update)?;
+        tracing::info!(session = %call.session_key, ?action, status = goal.status.name(), "goal updated");
+        Ok(goal.view())
+    }
+}
+
+impl AgentServices {
+    /// The goal of the turn `call` belongs to: a goal is changed only from
+    /// inside its session's turn.
+    fn goal_slot(&self, call: &CallContext) -> Result<Arc<super::goals::GoalSlot>, String> {
+        self.active.get(&call.session_key).map(|turn| turn.goal.clone()).ok_or_else(|| format!("goals: {}", crate::plugins::services::NO_SERVICES))
     }
 }
 

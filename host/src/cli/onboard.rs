@@ -29,6 +29,7 @@ pending_queue_size = 20        # messages queued for a busy session
 history_max_messages = 500
 idle_compact_after_minutes = 0 # summarise idle sessions; 0 = off
 stream = true
+goal_budget_secs = 1800        # one turn's work on an active /goal
 # temperature = 0.7
 
 # Any OpenAI-compatible endpoint: OpenAI, OpenRouter, vLLM, Ollama, ...

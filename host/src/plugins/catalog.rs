@@ -27,9 +27,10 @@ pub fn builtin_default_grant(name: &str) -> Option<GrantConfig> {
         // The Bot API, nothing else; a user's `[plugins.telegram]` table
         // replaces this (e.g. to add a local Bot API server).
         "telegram" => Some(GrantConfig { network: vec!["api.telegram.org".into()], ..GrantConfig::default() }),
-        // The `message` tool (the current chat only; `chats` adds others)
-        // and `cron` (jobs of the current conversation).
-        "agent" => Some(GrantConfig { host: vec!["messaging".into(), "schedule".into()], ..GrantConfig::default() }),
+        // The `message` tool (the current chat only; `chats` adds others),
+        // `cron` (jobs of the current conversation) and
+        // `create_goal`/`update_goal` (the current session's goal).
+        "agent" => Some(GrantConfig { host: vec!["messaging".into(), "schedule".into(), "goals".into()], ..GrantConfig::default() }),
         // Off until the user writes a `[plugins.web]` table: the web tools
         // reach the internet, which only the user can decide to allow (and
         // with which hosts: `network = ["*"]` or a list).

@@ -45,4 +45,4 @@ pub use limits::Limits;
 pub use manifest::{Manifest, ToolSpec, WorkspaceAccess};
 pub use runtime::{CallContext, LoadedPlugin, PluginRuntime, PluginSource, RuntimeConfig};
 pub use sandbox::ProgressSink;
-pub use services::{Delivery, HostInterface, HostServices, JobRequest, JobView, SendRequest, When};
+pub use services::{Delivery, GoalAction, GoalStatus, GoalUpdate, GoalView, HostInterface, HostServices, JobRequest, JobView, SendRequest, When};

@@ -40,7 +40,7 @@ use super::grants::Grant;
 use super::http::HttpPolicy;
 use super::limits::{CallLimiter, Limits};
 use super::manifest::WorkspaceAccess;
-use super::services::{self, HostInterface, HostServices, SendRequest};
+use super::services::{self, GoalAction, GoalStatus, GoalUpdate, GoalView, HostInterface, HostServices, SendRequest};
 use super::tool::CallContext;
 
 /// Receives the progress texts a plugin reports during a call.
@@ -343,6 +343,49 @@ fn wit_job(job: services::JobView) -> v0_2::schedule::Job {
     v0_2::schedule::Job { id: job.id, name: job.name, message: job.message, schedule: job.schedule, next_run: job.next_run }
 }
 
+impl v0_2::goals::Host for StoreState {
+    fn create(&mut self, objective: String, ui_summary: Option<String>) -> Result<v0_2::goals::Goal, String> {
+        let (services, call) = self.privileged_call(HostInterface::Goals)?;
+        services.create_goal(call, objective, ui_summary).map(wit_goal)
+    }
+
+    fn update(
+        &mut self,
+        action: v0_2::goals::GoalAction,
+        recap: Option<String>,
+        objective: Option<String>,
+        ui_summary: Option<String>,
+    ) -> Result<v0_2::goals::Goal, String> {
+        let (services, call) = self.privileged_call(HostInterface::Goals)?;
+        use v0_2::goals::GoalAction as W;
+        let action = match action {
+            W::Complete => GoalAction::Complete,
+            W::Cancel => GoalAction::Cancel,
+            W::Block => GoalAction::Block,
+            W::Replace => GoalAction::Replace,
+        };
+        services.update_goal(call, GoalUpdate { action, recap, objective, ui_summary }).map(wit_goal)
+    }
+}
+
+fn wit_goal(goal: GoalView) -> v0_2::goals::Goal {
+    use v0_2::goals::GoalStatus as W;
+    let status = match goal.status {
+        GoalStatus::Active => W::Active,
+        GoalStatus::Complete => W::Complete,
+        GoalStatus::Cancelled => W::Cancelled,
+        GoalStatus::Blocked => W::Blocked,
+    };
+    v0_2::goals::Goal {
+        objective: goal.objective,
+        ui_summary: goal.ui_summary,
+        status,
+        recap: goal.recap,
+        created_at: goal.created_at,
+        updated_at: goal.updated_at,
+    }
+}
+
 /// Adds every interface a plugin may import to `linker`: WASI p2 (with the
 /// deny-by-default context above), `wasi:http` (policy in [`HttpPolicy`]),
 /// and `chitin:plugin/host` of 0.1.0 and 0.2.0 side by side (a 0.x minor is
@@ -358,6 +401,7 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     // Privileged interfaces: linked for all, each call checks the grant.
     v0_2::messaging::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
     v0_2::schedule::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
+    v0_2::goals::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
     guard_open_at(linker)
 }
 

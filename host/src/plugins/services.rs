@@ -27,17 +27,20 @@ pub enum HostInterface {
     /// `chitin:plugin/schedule`: add, list and remove the conversation's
     /// scheduled jobs.
     Schedule,
+    /// `chitin:plugin/goals`: create and update the session's sustained goal.
+    Goals,
 }
 
 impl HostInterface {
     /// Every interface this host implements.
-    pub const ALL: [HostInterface; 2] = [HostInterface::Messaging, HostInterface::Schedule];
+    pub const ALL: [HostInterface; 3] = [HostInterface::Messaging, HostInterface::Schedule, HostInterface::Goals];
 
     /// The name used in manifests and config.
     pub fn name(self) -> &'static str {
         match self {
             HostInterface::Messaging => "messaging",
             HostInterface::Schedule => "schedule",
+            HostInterface::Goals => "goals",
         }
     }
 
@@ -46,6 +49,7 @@ impl HostInterface {
         match self {
             HostInterface::Messaging => "send messages and workspace files to the current chat (and to chats listed in `chats`)",
             HostInterface::Schedule => "schedule messages to the current conversation (cron jobs that run the agent later)",
+            HostInterface::Goals => "set and update the current session's sustained goal (the agent keeps working while it is active)",
         }
     }
 
@@ -126,10 +130,64 @@ pub struct JobView {
     pub next_run: Option<String>,
 }
 
+/// Where a sustained goal stands (`goals.goal-status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GoalStatus {
+    Active,
+    Complete,
+    Cancelled,
+    Blocked,
+}
+
+impl GoalStatus {
+    /// The name shown to users and the model.
+    pub fn name(self) -> &'static str {
+        match self {
+            GoalStatus::Active => "active",
+            GoalStatus::Complete => "complete",
+            GoalStatus::Cancelled => "cancelled",
+            GoalStatus::Blocked => "blocked",
+        }
+    }
+}
+
+/// What `goals.update` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoalAction {
+    Complete,
+    Cancel,
+    Block,
+    Replace,
+}
+
+/// A `goals.update` request, unchecked (the plugin's, so the model's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoalUpdate {
+    pub action: GoalAction,
+    pub recap: Option<String>,
+    /// Required for [`GoalAction::Replace`].
+    pub objective: Option<String>,
+    pub ui_summary: Option<String>,
+}
+
+/// A session's goal as a plugin sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoalView {
+    pub objective: String,
+    pub ui_summary: Option<String>,
+    pub status: GoalStatus,
+    pub recap: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+}
+
 /// What the agent does for the privileged interfaces. Errors are text for
 /// the model: they say what was refused and what to change. Every method
-/// but `send_message` defaults to "not available", so an agent serves only
-/// what it has.
+/// but `send_message` has a default that refuses, so an implementor serves
+/// only the interfaces it knows.
 pub trait HostServices: Send + Sync {
     /// `messaging.send` from a plugin call in conversation `call`. `chats`
     /// is the plugin's grant of other chats (`channel:chat` or `channel:*`).
@@ -148,6 +206,16 @@ pub trait HostServices: Send + Sync {
     /// `schedule.remove`: job `id` of conversation `call`.
     fn remove_job(&self, _call: &CallContext, _id: &str) -> Result<JobView, String> {
         Err(format!("schedule: {NO_SERVICES}"))
+    }
+
+    /// `goals.create` for the session of `call`.
+    fn create_goal(&self, _call: &CallContext, _objective: String, _ui_summary: Option<String>) -> Result<GoalView, String> {
+        Err(format!("{}: {NO_SERVICES}", HostInterface::Goals))
+    }
+
+    /// `goals.update` for the session of `call`.
+    fn update_goal(&self, _call: &CallContext, _update: GoalUpdate) -> Result<GoalView, String> {
+        Err(format!("{}: {NO_SERVICES}", HostInterface::Goals))
     }
 }
 

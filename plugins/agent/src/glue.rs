@@ -1,11 +1,12 @@
-//! The `agent-plugin` world: the `tool` export over `messaging`.
+//! The `agent-plugin` world: the `tool` export over `messaging` and `goals`.
 
 use crate::cron::{self, CronArgs, JobText, Request};
+use crate::goal::{self, Action, CreateArgs, UpdateArgs};
 use crate::message::{self, MessageArgs};
 
 wit_bindgen::generate!({ path: "../../wit/v0.2", world: "agent-plugin" });
 
-use chitin::plugin::{messaging, schedule};
+use chitin::plugin::{goals, messaging, schedule};
 use exports::chitin::plugin::tool::Guest;
 use chitin::plugin::types::{CallContext, ToolError};
 
@@ -45,6 +46,20 @@ impl Guest for Agent {
                     Request::Remove { id } => Ok(cron::removed(&text(schedule::remove_job(&id).map_err(refused)?))),
                 }
             }
+            "create_goal" => {
+                let args = CreateArgs::parse(&args_json).map_err(ToolError::InvalidArgs)?;
+                goals::create(&args.objective, args.ui_summary.as_deref()).map(|g| answer(&g)).map_err(refusal)
+            }
+            "update_goal" => {
+                let args = UpdateArgs::parse(&args_json).map_err(ToolError::InvalidArgs)?;
+                let action = match args.action {
+                    Action::Complete => goals::GoalAction::Complete,
+                    Action::Cancel => goals::GoalAction::Cancel,
+                    Action::Block => goals::GoalAction::Block,
+                    Action::Replace => goals::GoalAction::Replace,
+                };
+                goals::update(action, args.recap.as_deref(), args.objective.as_deref(), args.ui_summary.as_deref()).map(|g| answer(&g)).map_err(refusal)
+            }
             other => Err(ToolError::UnknownTool(format!("no tool `{other}` in plugin `agent`"))),
         }
     }
@@ -52,6 +67,20 @@ impl Guest for Agent {
 
 fn text(job: schedule::Job) -> JobText {
     JobText { id: job.id, name: job.name, message: job.message, schedule: job.schedule, next_run: job.next_run }
+}
+
+fn answer(g: &goals::Goal) -> String {
+    let status = match g.status {
+        goals::GoalStatus::Active => "active",
+        goals::GoalStatus::Complete => "complete",
+        goals::GoalStatus::Cancelled => "cancelled",
+        goals::GoalStatus::Blocked => "blocked",
+    };
+    goal::goal_text(status, &g.objective, g.recap.as_deref())
+}
+
+fn refusal(e: String) -> ToolError {
+    if e.starts_with("capability not granted") { ToolError::Denied(e) } else { ToolError::Failed(e) }
 }
 
 export!(Agent);

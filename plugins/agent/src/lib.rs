@@ -6,11 +6,14 @@
 //!   whether a file may be attached); this component only maps arguments
 //!   to the request and the answer to text for the model.
 //! - `cron`: `schedule.add-job` / `list-jobs` / `remove-job` ([`cron`]).
+//! - `create_goal`, `update_goal`: `goals.create` / `goals.update` on the
+//!   current session's sustained goal ([`goal`]).
 //!
 //! The mapping is plain code ([`message`]) tested natively; the component
 //! glue is only in the wasm build.
 
 pub mod cron;
+pub mod goal;
 pub mod message;
 
 #[cfg(target_arch = "wasm32")]

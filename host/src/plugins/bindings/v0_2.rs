@@ -42,6 +42,7 @@ pub mod agent {
     });
 }
 
+pub use self::agent::chitin::plugin::goals;
 pub use self::agent::chitin::plugin::messaging;
 pub use self::agent::chitin::plugin::schedule;
 pub use self::channel::exports::chitin::plugin::channel as wit;
