@@ -3,7 +3,7 @@
 //! finds them without an install step.
 
 fn main() {
-    let plugins = [("fs", "chitin-plugin-fs"), ("telegram", "chitin-plugin-telegram"), ("agent", "chitin-plugin-agent")];
+    let plugins = [("fs", "chitin-plugin-fs"), ("telegram", "chitin-plugin-telegram"), ("agent", "chitin-plugin-agent"), ("web", "chitin-plugin-web")];
     // The SDK example, the hostile test guest and the echo channel are built
     // alongside (one nested cargo run, in parallel): the CLI tests and the
     // benchmarks call them. None is embedded.

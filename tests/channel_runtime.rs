@@ -105,9 +105,9 @@ async fn webhook_socket_timer_deliver_stream_and_status_callbacks_answer() {
 
     let outgoing = Outgoing { chat_id: "chat-1".into(), thread: None, text: "a reply".into(), reply_to: None, media: vec![] };
     assert_eq!(host.runtime.channel_deliver(&host.plugin, &outgoing).await.unwrap(), ["chat-1:7"]);
-    let handle = host.runtime.channel_stream_update(&host.plugin, "chat-1", None, "a re", false).await.unwrap();
+    let handle = host.runtime.channel_stream_update(&host.plugin, "chat-1", None, None, "a re", false).await.unwrap();
     assert_eq!(handle, "stream-1");
-    let handle = host.runtime.channel_stream_update(&host.plugin, "chat-1", Some(&handle), "a reply", true).await.unwrap();
+    let handle = host.runtime.channel_stream_update(&host.plugin, "chat-1", None, Some(&handle), "a reply", true).await.unwrap();
     assert_eq!(handle, "stream-1");
     host.runtime.channel_set_status(&host.plugin, "chat-1", ChatStatus::Typing).await.unwrap();
 

@@ -243,3 +243,35 @@ fn unknown_channel_fields_and_recipes_are_errors() {
     let (field, _) = rejected(|v| v["tools"] = json!([]));
     assert_eq!(field, "tools");
 }
+
+#[test]
+fn a_tool_plugins_secrets_are_validated_like_a_channels() {
+    let secret = |v: &mut Value, s: Value| v["secrets"] = json!([s]);
+    let mut ok = valid();
+    secret(&mut ok, json!({"name": "api_key", "audience": "api.weather.example", "inject": ["header"]}));
+    let m = Manifest::from_json(ok.to_string().as_bytes()).unwrap();
+    assert_eq!(m.secrets[0].name, "api_key");
+
+    let cases: Vec<(Value, &str, &str)> = vec![
+        (json!({"name": "Key", "audience": "api.weather.example", "inject": ["header"]}), "secrets[0].name", "[a-z]"),
+        (json!({"name": "k", "audience": "evil.example", "inject": ["header"]}), "secrets[0].audience", "not in capabilities.network"),
+        (json!({"name": "k", "audience": "*", "inject": ["header"]}), "secrets[0].audience", "not a wildcard"),
+        (json!({"name": "k", "inject": ["header"]}), "secrets[0].audience", "one host"),
+        (json!({"name": "k", "audience": "api.weather.example", "inject": ["frame"]}), "secrets[0].inject[0]", "tool plugin"),
+        (json!({"name": "k"}), "secrets[0]", "not injected"),
+        (json!({"name": "k", "audience": "api.weather.example", "inject": ["body"]}), "secrets[0].inject[0]", "header"),
+    ];
+    for (spec, field, words) in cases {
+        let (got, text) = rejected(|v| {
+            v["capabilities"]["network"] = json!(["api.weather.example", "*"]);
+            secret(v, spec.clone());
+        });
+        assert_eq!(got, field, "{spec}: {text}");
+        assert!(text.contains(words), "{spec}: {text}");
+    }
+    // A channel keeps its secrets in its own section.
+    let mut channel = valid_channel();
+    channel["secrets"] = json!([{"name": "k", "audience": "api.chat.example", "inject": ["url"]}]);
+    let err = Manifest::from_json(channel.to_string().as_bytes()).unwrap_err();
+    assert_eq!(err.field, "secrets", "{err}");
+}

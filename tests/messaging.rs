@@ -133,3 +133,121 @@ async fn attachments_outside_the_workspace_are_refused() {
     assert!(tool_result(&t.mock, 1).contains("relative to the workspace"), "{}", tool_result(&t.mock, 1));
     assert!(tool_result(&t.mock, 2).contains("attachment"), "{}", tool_result(&t.mock, 2));
 }
+
+mod cron {
+    use super::*;
+    use chitin::compact::ManualClock;
+    use chitin::cron::CronService;
+
+    /// `t`'s agent with a cron service on a manual clock, as the gateway has.
+    fn with_cron(t: &TestAgent) -> (Arc<ManualClock>, Arc<CronService>) {
+        let clock = Arc::new(ManualClock::new("2026-05-04T08:00:00Z".parse().unwrap()));
+        let cron = Arc::new(CronService::open(CronService::jobs_file(t.home.path()), clock.clone()).unwrap());
+        t.agent.core().services.set_cron(cron.clone());
+        (clock, cron)
+    }
+
+    async fn next_message(t: &TestAgent) -> OutboundMessage {
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(20), t.bus.consume_outbound()).await.expect("in time").expect("open");
+            if matches!(event.kind, OutboundKind::Message { .. }) {
+                return event;
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_job_the_model_adds_fires_into_its_session_and_is_answered_there() {
+        let mock = MockLlm::start(vec![
+            calls(&[("cron", json!({"action": "add", "name": "water", "message": "remind me to drink water", "every_seconds": 60}))]),
+            MockReply::text("I'll remind you every minute."),
+            MockReply::text("Time to drink some water!"),
+            calls(&[("cron", json!({"action": "list"}))]),
+            MockReply::text("You have one job."),
+        ]);
+        let t = Arc::new(TestAgent::new(mock));
+        let (clock, cron) = with_cron(&t);
+        let running = t.start_loop();
+        t.bus.publish_inbound(InboundMessage::new("chat", "u1", "5", "remind me to drink water every minute"));
+        assert_eq!(next_message(&t).await.content, "I'll remind you every minute.");
+        let added = tool_result(&t.mock, 1);
+        assert!(added.starts_with("Scheduled job ") && added.contains("\"water\" (every 1 min); next run 2026-05-04T08:01:00+00:00"), "{added}");
+
+        let active = t.agent.core().active.clone();
+        assert!(cron.fire_due(&t.bus, |k| active.get(k).is_some()).unwrap().is_empty(), "not due yet");
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(cron.fire_due(&t.bus, |k| active.get(k).is_some()).unwrap().len(), 1);
+        let reminder = next_message(&t).await;
+        assert_eq!((reminder.chat_id.as_str(), reminder.content.as_str()), ("5", "Time to drink some water!"));
+        let asked = request_messages(&t.mock, 2);
+        let (role, text) = asked.last().unwrap();
+        assert_eq!(role, "user");
+        assert!(text.contains("[Scheduled task \"water\"") && text.contains("remind me to drink water"), "{text}");
+
+        t.bus.publish_inbound(InboundMessage::new("chat", "u1", "5", "what jobs do I have?"));
+        assert_eq!(next_message(&t).await.content, "You have one job.");
+        let listed = tool_result(&t.mock, 4);
+        assert!(listed.starts_with("1 scheduled job(s):") && listed.contains("water"), "{listed}");
+        // Another conversation sees none of them.
+        assert!(cron.list("chat:6").is_empty());
+        running.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_due_job_waits_while_its_session_is_busy() {
+        let mock = MockLlm::start(vec![
+            calls(&[("slow_echo", json!({"text": "x", "ms": 800}))]),
+            MockReply::text("Slow work done."),
+            MockReply::text("Reminder handled."),
+        ]);
+        let t = Arc::new(TestAgent::new(mock));
+        let (clock, cron) = with_cron(&t);
+        let origin = chitin::cron::Origin { session_key: "chat:9".into(), channel: "chat".into(), chat_id: "9".into() };
+        let spec = chitin::cron::JobSpec { name: "r".into(), message: "ping".into(), schedule: chitin::cron::Schedule::every(60).unwrap() };
+        cron.add(spec, &origin).unwrap();
+        clock.advance(Duration::from_secs(61));
+        let running = t.start_loop();
+        t.bus.publish_inbound(InboundMessage::new("chat", "u1", "9", "do the slow thing"));
+        wait_until(|| t.mock.request_count() >= 1).await;
+        let active = t.agent.core().active.clone();
+        assert!(cron.fire_due(&t.bus, |k| active.get(k).is_some()).unwrap().is_empty(), "deferred while the turn runs");
+        assert_eq!(next_message(&t).await.content, "Slow work done.");
+        wait_until(|| active.get("chat:9").is_none()).await;
+        assert_eq!(cron.fire_due(&t.bus, |k| active.get(k).is_some()).unwrap().len(), 1, "fired once the session is idle");
+        assert_eq!(next_message(&t).await.content, "Reminder handled.");
+        assert_eq!(t.mock.request_count(), 3, "its own turn, not injected into the slow one");
+        running.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn without_the_grant_or_a_gateway_the_tool_says_why() {
+        let mock = MockLlm::start(vec![
+            calls(&[("cron", json!({"action": "add", "message": "x", "every_seconds": 60}))]),
+            MockReply::text("No."),
+        ]);
+        let t = TestAgent::with_plugin_grant(mock, "\n[plugins.agent]\nhost = [\"messaging\"]\n");
+        with_cron(&t);
+        t.ask("schedule it").await;
+        let result = tool_result(&t.mock, 1);
+        assert!(result.contains("capability not granted: schedule"), "{result}");
+
+        // Granted, but no cron service (as in `chitin agent`).
+        let mock = MockLlm::start(vec![calls(&[("cron", json!({"action": "list"}))]), MockReply::text("No.")]);
+        let t = TestAgent::new(mock);
+        t.ask("list jobs").await;
+        let result = tool_result(&t.mock, 1);
+        assert!(result.contains("run in `chitin gateway`"), "{result}");
+
+        // A bad schedule is the host's clear refusal.
+        let mock = MockLlm::start(vec![
+            calls(&[("cron", json!({"action": "add", "message": "x", "cron_expr": "0 9 * *"}))]),
+            calls(&[("cron", json!({"action": "add", "message": "x", "at": "2020-01-01T00:00:00Z"}))]),
+            MockReply::text("No."),
+        ]);
+        let t = TestAgent::new(mock);
+        with_cron(&t);
+        t.ask("schedule").await;
+        assert!(tool_result(&t.mock, 1).contains("has 4 fields"), "{}", tool_result(&t.mock, 1));
+        assert!(tool_result(&t.mock, 2).contains("in the past"), "{}", tool_result(&t.mock, 2));
+    }
+}

@@ -44,6 +44,9 @@ pub const PROGRESS_PHASE: &str = "phase";
 /// See [`PROGRESS_TOOL`]: `true` when the finished call produced a result.
 pub const PROGRESS_OK: &str = "ok";
 
+/// The metadata key of a message's thread or topic within its chat.
+pub const THREAD: &str = "thread";
+
 /// A message arriving from a channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InboundMessage {
@@ -163,9 +166,19 @@ impl OutboundMessage {
         }
     }
 
-    /// An event of `kind` for the chat of `to`.
+    /// An event of `kind` for the chat of `to` (and its thread).
     pub fn event(to: &InboundMessage, kind: OutboundKind, content: impl Into<String>) -> Self {
-        OutboundMessage { kind, ..OutboundMessage::reply(&to.channel, &to.chat_id, content) }
+        OutboundMessage { kind, ..OutboundMessage::answer(to, content) }
+    }
+
+    /// A reply to `to`: its chat, and its thread or topic (`metadata.thread`,
+    /// set by channels with topics), so the answer lands where the question was.
+    pub fn answer(to: &InboundMessage, content: impl Into<String>) -> Self {
+        let mut reply = OutboundMessage::reply(&to.channel, &to.chat_id, content);
+        if let Some(thread) = to.metadata.get(THREAD) {
+            reply.metadata.insert(THREAD.into(), thread.clone());
+        }
+        reply
     }
 }
 

@@ -258,6 +258,9 @@ pub struct AgentConfig {
     /// run: the model gets an error asking for smaller calls, and history
     /// keeps only a short prefix of the arguments.
     pub max_tool_args_kb: usize,
+    /// KiB of text one non-image attachment (PDF, DOCX, text) adds to its
+    /// message at most; the rest is cut with a note.
+    pub max_attachment_kb: usize,
     /// Sampling temperature; unset means the provider's default.
     pub temperature: Option<f32>,
     /// Seconds one model request may take.
@@ -272,6 +275,10 @@ pub struct AgentConfig {
     pub idle_compact_after_minutes: u64,
     /// Stream answers as they are generated.
     pub stream: bool,
+    /// Wall-clock seconds one turn may keep working on an active goal
+    /// (continuing after answers without tools) before it stops and marks
+    /// the goal blocked.
+    pub goal_budget_secs: u64,
     /// `[agent.subagents]`: the `spawn` tool.
     pub subagents: SubagentConfig,
 }
@@ -311,6 +318,7 @@ impl Default for AgentConfig {
             max_iterations: 200,
             max_tool_result_chars: 16_000,
             max_tool_args_kb: 1024,
+            max_attachment_kb: 64,
             temperature: None,
             llm_timeout_secs: 300,
             max_concurrent_turns: 3,
@@ -319,6 +327,7 @@ impl Default for AgentConfig {
             idle_compact_after_minutes: 0,
             stream: true,
             subagents: SubagentConfig::default(),
+            goal_budget_secs: 1800,
         }
     }
 }

@@ -52,6 +52,7 @@ pub mod bus;
 pub mod channels;
 pub mod compact;
 pub mod config;
+pub mod cron;
 pub mod gateway;
 pub mod plugins;
 pub mod provider;

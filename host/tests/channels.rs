@@ -106,7 +106,7 @@ fn install(home: &Path) {
 
 fn config(port: u16, allow: &str) -> String {
     format!(
-        "[agent]\nmodel = \"test-model\"\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
+        "[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
          [plugins.echo-channel]\nnetwork = [\"127.0.0.1:{port}\", \"api.example.test\"]\n\
          [channels.echo]\nenabled = true\nplugin = \"echo-channel\"\nallow_from = [{allow}]\napi_base = \"http://127.0.0.1:{port}\"\ntoken = \"${{ECHO_TEST_TOKEN}}\"\ngreeting = \"hi\"\n"
     )
@@ -259,6 +259,7 @@ fn telegram_round_trip_through_the_agent_and_the_fs_tool() {
     assert_eq!(sent[0].chat_id, 777);
     assert!(sent[0].text.contains("<b>note.txt</b>"), "rendered for Telegram: {:?}", sent[0].text);
     assert_eq!(std::fs::read_to_string(ws.join("note.txt")).unwrap(), "hi from telegram");
+    assert_eq!(telegram.requests_for("deleteWebhook").len(), 1, "poll mode deletes any webhook first");
     // "typing" was shown in the chat while the agent worked (set-status,
     // through the component's own request, token filled in by the host).
     let typing = telegram.chat_actions();
@@ -440,4 +441,381 @@ fn the_message_tool_answers_a_telegram_chat_through_the_channel_queue() {
     let result = mock.requests()[1]["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap()["content"].clone();
     assert_eq!(result, "Message sent to telegram:777");
     assert!(!err.contains(tg_token));
+}
+
+/// A one-shot cron job added from a Telegram chat survives a gateway
+/// restart: its time passes while the gateway is down, it fires once when
+/// the gateway starts again, and the answer goes to that chat.
+#[test]
+fn a_missed_cron_job_fires_once_after_a_restart_into_its_chat() {
+    let tg_token = "616161:SECRET-cron-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin::testing::MockUpdate::text(888, 555, "remind me to stretch in a few seconds"));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let at = (chrono::Utc::now() + chrono::Duration::seconds(4)).to_rfc3339();
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("cron", serde_json::json!({"action": "add", "name": "stretch", "message": "tell me to stretch", "at": at}).to_string()),
+        MockReply::text("Reminder set."),
+    ]);
+    std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the confirmation", || !telegram.sent_messages().is_empty());
+    gw.terminate();
+    let jobs: serde_json::Value = serde_json::from_slice(&std::fs::read(home.path().join("cron/jobs.json")).unwrap()).unwrap();
+    assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1, "{jobs}");
+    assert_eq!(jobs["jobs"][0]["session_key"], "telegram:888");
+
+    // Down past the job's time.
+    std::thread::sleep(Duration::from_secs(5));
+    let mock = MockLlm::start(vec![MockReply::text("Time to stretch!")]);
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the reminder", || telegram.sent_messages().len() >= 2);
+    std::thread::sleep(Duration::from_millis(2500));
+    gw.terminate();
+    let sent: Vec<String> = telegram.sent_messages().into_iter().map(|m| m.text).collect();
+    assert_eq!(sent, ["Reminder set.", "Time to stretch!"], "fired once, answered in its chat");
+    assert_eq!(mock.request_count(), 1);
+    let asked = serde_json::to_string(&mock.requests()[0]).unwrap();
+    assert!(asked.contains("tell me to stretch") && asked.contains("Scheduled task"), "{asked}");
+    let jobs: serde_json::Value = serde_json::from_slice(&std::fs::read(home.path().join("cron/jobs.json")).unwrap()).unwrap();
+    assert!(jobs["jobs"].as_array().unwrap().is_empty(), "the one-shot is gone: {jobs}");
+}
+
+/// Runs `future` on a throwaway runtime (the mock's client calls are async).
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
+}
+
+/// A port nobody listens on right now: webhook mode needs the gateway's
+/// public URL in the config before the gateway binds it.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+const WEBHOOK_SECRET: &str = "whsec_Distinctive-42";
+
+/// `[channels.telegram]` in webhook mode, the gateway on `port`, which is
+/// also its public URL.
+fn webhook_config(ws: &Path, telegram: &chitin::testing::MockTelegram, port: u16) -> String {
+    format!(
+        "workspace = \"{ws}\"\n[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:{port}\"\nauth_token = \"\"\n\
+         [channels.telegram]\nenabled = true\nmode = \"webhook\"\npublic_url = \"http://127.0.0.1:{port}\"\nallow_from = [\"555\"]\napi_base = \"{base}\"\n\
+         bot_token = \"${{TG_TEST_TOKEN}}\"\nwebhook_secret = \"${{TG_TEST_WEBHOOK_SECRET}}\"\nbot_username = \"chitinbot\"\n",
+        ws = ws.display(),
+        base = telegram.api_base(),
+    )
+}
+
+/// Issue 10: webhook mode through the real gateway. `start` registers the
+/// route with `setWebhook`, whose `secret_token` the component wrote as a
+/// placeholder and the host filled in; a request with a wrong or missing
+/// secret header gets 401 and costs nothing; a verified update is answered
+/// through the agent; the same update again is answered 200 and not twice.
+#[test]
+fn telegram_webhook_round_trip_refuses_bad_secrets_and_dedups() {
+    let tg_token = "888001:HOOK-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("hooked"), MockReply::text("twice?!")]);
+    let port = free_port();
+    std::fs::write(home.path().join("config.toml"), webhook_config(&ws, &telegram, port)).unwrap();
+    let mut cmd = telegram_gateway(home.path(), &mock, tg_token);
+    cmd.env("TG_TEST_WEBHOOK_SECRET", WEBHOOK_SECRET);
+    let gw = Gateway::spawn(cmd);
+    gw.wait_for("setWebhook", || telegram.webhook().is_some());
+    let hook = telegram.webhook().unwrap();
+    assert_eq!(hook.url, format!("http://127.0.0.1:{port}/webhooks/telegram/telegram"));
+    assert_eq!(hook.secret_token.as_deref(), Some(WEBHOOK_SECRET), "the host substituted the placeholder in the body");
+    assert!(telegram.requests_for("getUpdates").is_empty(), "no polling in webhook mode");
+    assert!(telegram.requests_for("deleteWebhook").is_empty());
+    let set = telegram.requests_for("setWebhook");
+    assert_eq!(set.len(), 1);
+    assert_eq!(set[0].params["secret_token"], WEBHOOK_SECRET, "sent substituted; the component wrote the placeholder");
+
+    let mut update = telegram.update_json(&chitin::testing::MockUpdate::text(777, 555, "hello by webhook"));
+    // One id for every delivery below, as Telegram's redelivery keeps it.
+    update["update_id"] = serde_json::json!(424_242);
+    assert_eq!(block_on(telegram.deliver_webhook_with_secret(update.clone(), Some("wrong-secret"))).unwrap(), 401);
+    assert_eq!(block_on(telegram.deliver_webhook_with_secret(update.clone(), None)).unwrap(), 401);
+    // Too big: refused before verification or the component.
+    let big = serde_json::json!({"update_id": 1, "pad": "x".repeat(2 << 20)});
+    assert_eq!(block_on(telegram.deliver_webhook(big)).unwrap(), 413);
+    assert_eq!(mock.request_count(), 0, "a refused request never reaches the model");
+    assert!(telegram.sent_messages().is_empty());
+    assert!(gw.stderr().matches("webhook request refused (401)").count() == 2, "{}", gw.stderr());
+
+    assert_eq!(block_on(telegram.deliver_webhook(update.clone())).unwrap(), 200);
+    gw.wait_for("the reply", || !telegram.sent_messages().is_empty());
+    assert_eq!(telegram.sent_messages()[0].text, "hooked");
+    assert_eq!(telegram.sent_messages()[0].chat_id, 777);
+    // Telegram redelivers an update it thinks was lost: answered, not replied to.
+    assert_eq!(block_on(telegram.deliver_webhook(update)).unwrap(), 200);
+    holds_throughout("one reply only", || {
+        let sent = telegram.sent_messages().len();
+        if sent == 1 && mock.request_count() == 1 { Ok(()) } else { Err(format!("{sent} sent, {} model requests", mock.request_count())) }
+    });
+    let err = gw.terminate();
+    let asked = serde_json::to_string(&mock.requests()).unwrap();
+    assert!(asked.contains("hello by webhook"));
+    for secret in [tg_token, WEBHOOK_SECRET] {
+        assert!(!err.contains(secret) && !asked.contains(secret), "a secret leaked");
+        assert!(!std::fs::read_to_string(home.path().join("channels/telegram.json")).unwrap().contains(secret));
+    }
+}
+
+/// Webhook mode without its secret configured is refused at start, naming
+/// the key, instead of accepting unverified requests.
+#[test]
+fn webhook_mode_needs_its_secret() {
+    let telegram = chitin::testing::MockTelegram::with_token("888002:x", "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let config = webhook_config(&home.path().join("ws"), &telegram, free_port()).replace("webhook_secret = \"${TG_TEST_WEBHOOK_SECRET}\"\n", "");
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let mock = MockLlm::start(vec![]);
+    let out = run_within(&mut telegram_gateway(home.path(), &mock, "888002:x"), Duration::from_secs(60));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("channels.telegram.webhook_secret"), "{err}");
+}
+
+/// Issue 10: edit throttling. A reply streamed in 24 deltas over ~3.5 s is
+/// shown by one sendMessage and edits no closer together than the
+/// manifest's `edit_interval_ms` (1000 ms for Telegram), coalesced (far
+/// fewer edits than deltas), ending with the whole reply; the final
+/// message is not delivered again.
+#[test]
+fn telegram_streamed_reply_edits_no_faster_than_the_interval() {
+    let tg_token = "888003:STREAM-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let reply: String = (1..=48).map(|i| format!("word{i} ")).collect::<String>().trim_end().to_string();
+    let mock = MockLlm::start(vec![MockReply::text(reply.clone())]).with_stream_pieces(24).with_chunk_delay(Duration::from_millis(150));
+    let config = telegram_config(&ws, &telegram).replace("stream = false", "stream = true");
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "stream to me"));
+    gw.wait_for("the streamed reply finished", || gw.stderr().contains("reply delivered (streamed)"));
+    let err = gw.terminate();
+    let sent = telegram.sent_messages();
+    assert_eq!(sent.len(), 1, "one message, edited; the final reply not sent again: {sent:?}");
+    let edits = telegram.edits();
+    assert!(edits.len() >= 2, "the reply grew by edits: {edits:?}");
+    assert!(edits.len() < 24, "deltas were coalesced: {} edits", edits.len());
+    assert_eq!(edits.last().unwrap().text, reply, "the final edit is the whole reply");
+    assert!(edits.iter().all(|e| e.message_id == sent[0].message_id));
+    // Every request of the stream, accepted or not, kept the interval.
+    let mut times: Vec<std::time::Instant> = telegram.requests_for("sendMessage").iter().map(|r| r.at).collect();
+    times.extend(telegram.requests_for("editMessageText").iter().map(|r| r.at));
+    times.sort();
+    let gaps: Vec<Duration> = times.windows(2).map(|pair| pair[1] - pair[0]).collect();
+    eprintln!("stream: 24 deltas, 1 sendMessage + {} edits, gaps {gaps:?}", edits.len());
+    for gap in gaps {
+        assert!(gap >= Duration::from_millis(1000), "two stream requests {gap:?} apart: {err}");
+    }
+}
+
+/// A failed stream-update never loses the reply: the first sendMessage of
+/// the stream fails, so the whole reply goes out by one plain delivery.
+#[test]
+fn a_failed_stream_update_falls_back_to_a_plain_delivery() {
+    let tg_token = "888004:FALLBACK-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("all of it arrives")]).with_chunk_delay(Duration::from_millis(50));
+    let config = telegram_config(&ws, &telegram).replace("stream = false", "stream = true");
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    telegram.fail_next("sendMessage", 500, None);
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "stream to me"));
+    gw.wait_for("the reply delivered", || gw.stderr().contains("reply delivered"));
+    let err = gw.terminate();
+    assert!(err.contains("stream-update failed"), "{err}");
+    let sent = telegram.sent_messages();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].text, "all of it arrives");
+    assert!(telegram.edits().is_empty());
+}
+
+/// Issue 10: media download with a size cap. A photo arrives as a file in
+/// `<data>/media/telegram/` (named by its content hash, not by anything the
+/// platform said); a document over `max_media_mb` is refused from its
+/// content-length, leaves no file, and the message still reaches the agent
+/// with a note in its text. The bytes are fetched by the host (the
+/// component only did `getFile`), with the token filled in by the host.
+#[test]
+fn telegram_media_is_downloaded_within_the_cap() {
+    let tg_token = "888005:MEDIA-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let jpeg: Vec<u8> = [&[0xff, 0xd8, 0xff][..], &b"tiny-jpeg-body".repeat(64)].concat();
+    let photo = telegram.add_file("photos/file_1.jpg", jpeg.clone());
+    let huge = telegram.add_file("documents/file_2.bin", vec![7u8; 2 * 1024 * 1024 + 10]);
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("nice photo"), MockReply::text("too big")]);
+    let config = format!("{}max_media_mb = 1\n", telegram_config(&ws, &telegram));
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    telegram.push(chitin::testing::MockUpdate::photo(777, 555, photo).caption("look"));
+    gw.wait_for("the first reply", || telegram.sent_messages().len() == 1);
+    telegram.push(chitin::testing::MockUpdate::document(777, 555, huge, "../../evil.sh").caption("and this"));
+    gw.wait_for("the second reply", || telegram.sent_messages().len() == 2);
+    let err = gw.terminate();
+
+    let dir = home.path().join("media/telegram");
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "the photo only, no partial file: {files:?}");
+    let name = files[0].file_name().unwrap().to_str().unwrap().to_string();
+    assert!(name.ends_with(".jpg") && name.len() == 36 && name[..32].chars().all(|c| c.is_ascii_hexdigit()), "{name}");
+    assert_eq!(std::fs::read(&files[0]).unwrap(), jpeg);
+    assert!(!ws.exists() || std::fs::read_dir(&ws).unwrap().next().is_none(), "nothing in the workspace");
+    assert_eq!(telegram.requests_for("getFile").len(), 2, "the component asked where each file is");
+    assert_eq!(telegram.requests_for("file").len(), 2, "the host fetched each (the second stopped at its length)");
+    assert!(telegram.requests_for("file").iter().all(|r| r.authorized), "the host substituted the token");
+
+    let requests = mock.requests();
+    let first = serde_json::to_string(&requests[0]).unwrap();
+    assert!(first.contains("look"), "{first}");
+    let second = serde_json::to_string(&requests[1]).unwrap();
+    assert!(second.contains("and this") && second.contains("[document not downloaded: larger than 1 MB]"), "{second}");
+    assert!(!second.contains("evil.sh"), "the platform's file name is not used");
+    assert!(!err.contains(tg_token), "the token leaked");
+}
+
+/// A streamed reply past Telegram's 4096 in a forum topic: the first
+/// message is finished where the split falls and the reply goes on in a
+/// second one, both in the topic the question came from, and the final
+/// texts are exactly the parts of the whole reply.
+#[test]
+fn a_long_streamed_reply_in_a_topic_continues_in_a_new_message_there() {
+    let tg_token = "888006:TOPIC-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let (a, b) = ("a".repeat(4000), "b".repeat(600));
+    let reply = format!("{a}\n\n{b}");
+    let mock = MockLlm::start(vec![MockReply::text(reply)]).with_stream_pieces(12).with_chunk_delay(Duration::from_millis(120));
+    let config = telegram_config(&ws, &telegram).replace("stream = false", "stream = true");
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    telegram.push(chitin::testing::MockUpdate::text(-100_777, 555, "@chitinbot tell me a long story").topic(9));
+    gw.wait_for("the streamed reply finished", || gw.stderr().contains("reply delivered (streamed)"));
+    let err = gw.terminate();
+    let sent = telegram.sent_messages();
+    assert_eq!(sent.len(), 2, "{err}");
+    assert!(sent.iter().all(|m| m.chat_id == -100_777 && m.message_thread_id == Some(9)), "in the topic: {sent:?}");
+    let edits = telegram.edits();
+    let last_text = |id: i64, sent: &str| edits.iter().rev().find(|e| e.message_id == id).map_or(sent.to_string(), |e| e.text.clone());
+    assert_eq!(last_text(sent[0].message_id, &sent[0].text), a);
+    assert_eq!(last_text(sent[1].message_id, &sent[1].text), b);
+}
+
+/// A "poison" update the adapter cannot parse is passed over with a
+/// warning (the offset moves past it) instead of failing every poll from
+/// then on; the message after it is answered.
+#[test]
+fn a_poison_update_is_skipped_and_the_next_one_answered() {
+    let tg_token = "888007:POISON-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("still here")]);
+    std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
+    let poison = telegram.push_update(serde_json::json!({"message": {"message_id": "NaN", "chat": "not a chat"}}));
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "after the poison"));
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the reply", || !telegram.sent_messages().is_empty());
+    gw.wait_for("a poll past both", || {
+        telegram.requests_for("getUpdates").iter().any(|r| r.params.get("offset").and_then(|o| o.as_str()?.parse::<i64>().ok()).is_some_and(|o| o > poison + 1))
+    });
+    let err = gw.terminate();
+    assert!(err.contains(&format!("update {poison} could not be parsed")), "{err}");
+    assert!(!err.contains("channel step failed"), "no failed step, no backoff: {err}");
+    assert_eq!(telegram.sent_messages()[0].text, "still here");
+    assert_eq!(mock.request_count(), 1);
+}
+
+/// A hostile channel's flood of emits (10 000 in one step) is refused past
+/// the step's bounds and that channel backs off, while another channel of
+/// the same gateway keeps answering; once the platform stops sending the
+/// flood, the hostile channel recovers.
+#[test]
+fn an_emit_flood_is_contained_and_the_other_channel_keeps_working() {
+    let tg_token = "888008:FLOOD-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    install(home.path());
+    let ws = home.path().join("ws");
+    let server = Server::start();
+    server.push(0, "flood");
+    let mock = MockLlm::with_handler(|request, _| {
+        let text = request.to_string();
+        MockReply::text(if text.contains("after the flood") { "echo ok" } else { "telegram ok" })
+    });
+    let echo = config(server.port, "\"*\"");
+    let echo = echo[echo.find("[plugins.echo-channel]").unwrap()..].to_string();
+    let config = format!("{}{echo}", telegram_config(&ws, &telegram));
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let mut cmd = telegram_gateway(home.path(), &mock, tg_token);
+    cmd.env("ECHO_TEST_TOKEN", TOKEN);
+    let gw = Gateway::spawn(cmd);
+    gw.wait_for("the flood refused", || gw.stderr().contains("channel step failed (1 in a row)"));
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "are you alive?"));
+    gw.wait_for("telegram's reply during the flood", || !telegram.sent_messages().is_empty());
+    assert_eq!(telegram.sent_messages()[0].text, "telegram ok");
+    assert!(!gw.stderr().contains("flood-"), "no flooded message got through: {}", gw.stderr());
+    server.state.lock().unwrap().updates = vec![(1, "after the flood".into())];
+    gw.wait_for("the echo channel recovered", || gw.stderr().contains("channel recovered"));
+    gw.wait_for("echo's reply", || delivered(&gw.stderr()) >= 2);
+    let err = gw.terminate();
+    let refusal = err.lines().find(|l| l.contains("channel step failed (1 in a row)")).unwrap();
+    assert!(refusal.contains("echo") && refusal.contains("actions"), "the refusal names the bound: {refusal}");
+    assert_eq!(mock.request_count(), 2, "one model request per channel, none for the flood: {err}");
+}
+
+/// Webhook mode with the echo channel: a step that fails is answered 500
+/// (the platform retries) and commits nothing; the retry is answered with
+/// the component's own `respond` (status and body) and reaches the agent
+/// once; a request to the route without the secret never reaches it.
+#[test]
+fn a_failed_webhook_step_answers_500_and_the_retry_the_components_respond() {
+    let home = tempfile::tempdir().unwrap();
+    install(home.path());
+    let port = free_port();
+    let mock = MockLlm::start(vec![MockReply::text("pong")]);
+    let config = config(1, "\"*\"")
+        .replace("listen = \"127.0.0.1:0\"", &format!("listen = \"127.0.0.1:{port}\""))
+        .replace("greeting = \"hi\"\n", &format!("greeting = \"hi\"\nmode = \"webhook\"\npublic_url = \"http://127.0.0.1:{port}\"\nwebhook_secret = \"${{ECHO_TEST_WEBHOOK_SECRET}}\"\n"));
+    std::fs::write(home.path().join("config.toml"), &config).unwrap();
+    let mut cmd = chitin(home.path(), &["gateway"]);
+    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("ECHO_TEST_TOKEN", TOKEN).env("ECHO_TEST_WEBHOOK_SECRET", "echo-secret-77").env("RUST_LOG", "chitin=info");
+    let gw = Gateway::spawn(cmd);
+    gw.wait_for("the webhook route", || gw.stderr().contains("webhook route /webhooks/echo/echo"));
+    let post = |body: &str, secret: Option<&str>| -> (u16, String) {
+        block_on(async {
+            let mut request = reqwest::Client::new().post(format!("http://127.0.0.1:{port}/webhooks/echo/echo")).body(body.to_string());
+            if let Some(secret) = secret {
+                request = request.header("X-Echo-Secret", secret);
+            }
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        })
+    };
+    assert_eq!(post(r#"{"updates":[{"id":5,"text":"hello"}]}"#, None).0, 401);
+    let (status, _) = post(r#"{"updates":[{"id":5,"text":"fail"}]}"#, Some("echo-secret-77"));
+    assert_eq!(status, 500, "a failed step: the platform retries");
+    assert_eq!(mock.request_count(), 0);
+    let (status, body) = post(r#"{"updates":[{"id":5,"text":"hello"}]}"#, Some("echo-secret-77"));
+    assert_eq!((status, body.as_str()), (200, "ok"), "the component's respond");
+    gw.wait_for("the reply delivered", || delivered(&gw.stderr()) == 1);
+    let (status, _) = post(r#"{"updates":[{"id":5,"text":"hello"}]}"#, Some("echo-secret-77"));
+    assert_eq!(status, 200);
+    let err = gw.terminate();
+    assert!(err.contains("webhook step failed, answered 500"), "{err}");
+    assert_eq!(mock.request_count(), 1, "the retried update reached the agent once: {err}");
+    assert_eq!(delivered(&err), 1);
+    assert!(!err.contains("echo-secret-77"), "the secret is in the log");
 }

@@ -71,7 +71,7 @@ fn plugin_inspect_list_pack_and_install() {
     let names: Vec<&str> = list.as_array().unwrap().iter().map(|p| p["manifest"]["name"].as_str().unwrap()).collect();
     // The built-ins (`agent`, `fs`, the `telegram` channel) and the installed one.
     assert_eq!(names, ["agent", "fs", "greeter", "telegram"]);
-    assert_eq!(list[0]["granted"]["host"], json!(["messaging", "agents"]), "the message and spawn tools' interfaces, granted by default");
+    assert_eq!(list[0]["granted"]["host"], json!(["messaging", "schedule", "goals", "agents"]), "the message, cron, goal and spawn tools' interfaces, granted by default");
     let greeter = &list[2];
     assert_eq!(greeter["granted"]["network"], json!([]), "asked, not granted");
     assert!(greeter["notes"][0].as_str().unwrap().contains("api.example.com"));
@@ -163,6 +163,60 @@ async fn kill_9_during_a_turn_loses_nothing() {
     // The model saw the recovered tool result.
     let last = &mock.requests()[2];
     assert!(last["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool" && m["content"].as_str().unwrap().starts_with("wrote")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_mid_goal_then_restart_resumes_the_goal_and_finishes_it() {
+    // The model sets the goal itself (create_goal), so only the runner's
+    // checkpoints can have put it on disk.
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("create_goal", json!({"objective": "write both parts"}).to_string()),
+        MockReply::text("Part one is written."),
+        MockReply::Hang,
+        MockReply::tool_call("write_file", json!({"path": "part2.txt", "content": "two"}).to_string()),
+        MockReply::tool_call("update_goal", json!({"action": "complete", "recap": "both parts written"}).to_string()),
+        MockReply::text("Both parts are written."),
+    ]);
+    let home = tempfile::tempdir().unwrap();
+    let mut child = chitin(home.path(), &["agent", "-m", "write both parts, take your time", "-s", "cli:goal"])
+        .env("OPENAI_BASE_URL", mock.base_url())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // The third request is the first continuation: the goal is mid-way.
+    while mock.request_count() < 3 {
+        assert!(Instant::now() < deadline, "the goal reached its continuation");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    // On disk: the goal still active, the interim answer and the
+    // continuation boundary saved.
+    let session = JsonlStore::new(home.path().join("sessions")).load("cli:goal").unwrap();
+    assert_eq!(session.metadata["goal_state"]["status"], "active", "{:?}", session.metadata.get("goal_state"));
+    let texts: Vec<&str> = session.messages.iter().map(|m| m.text()).collect();
+    assert_eq!(texts[0], "write both parts, take your time");
+    assert_eq!(session.messages[1].tool_calls[0].function.name, "create_goal");
+    assert!(texts[2].starts_with("Goal active: write both parts"), "{texts:?}");
+    assert_eq!(texts[3], "Part one is written.");
+    assert!(texts[4].starts_with("[Goal continuation]"), "{texts:?}");
+
+    // The restarted process sees the active goal and works it to the end.
+    let out = run(chitin(home.path(), &["agent", "-m", "are you still on it?", "-s", "cli:goal"]).env("OPENAI_BASE_URL", mock.base_url()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "Both parts are written.");
+    assert_eq!(std::fs::read_to_string(home.path().join("workspace/part2.txt")).unwrap(), "two");
+    let resumed = &mock.requests()[3];
+    let system = resumed["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("# Active goal") && system.contains("write both parts"), "the goal is in the restarted prompt");
+    let session = JsonlStore::new(home.path().join("sessions")).load("cli:goal").unwrap();
+    assert_eq!(session.metadata["goal_state"]["status"], "complete");
+    assert_eq!(session.metadata["goal_state"]["recap"], "both parts written");
+    assert!(session.messages.iter().any(|m| m.text().contains("interrupted")), "the killed pass is closed");
+    assert!(!session.metadata.contains_key("pending_user_turn"));
 }
 
 #[test]

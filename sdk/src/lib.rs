@@ -88,7 +88,10 @@ pub use chitin_sdk_macros::tool;
 ///     name: "hello",                 // [a-z][a-z0-9_-]*, the key of [plugins.hello] in config
 ///     description: "Greets people",  // optional; default: the package description
 ///     workspace: "none",             // optional: "none" (default), "read", "read-write"
-///     network: ["api.example.com"],  // optional: hosts (host or host:port) for wasi:http
+///     network: ["api.example.com"],  // optional: hosts (host or host:port, or "*") for wasi:http
+///     secrets: [                     // optional: `{{secret:api_key}}` in a request's URL or a header
+///         api_key: { audience: "api.example.com", inject: ["header"] },  // is filled in by the host,
+///     ],                             // for that host only; the value is never in the sandbox
 ///     tools: [greet, shout],         // functions marked #[tool], by path
 /// }
 /// ```

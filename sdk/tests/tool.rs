@@ -122,6 +122,7 @@ mod plugin {
         name: "test-plugin_2",
         workspace: "read-write",
         network: ["api.example.com", "127.0.0.1:8080"],
+        secrets: [api_key: { audience: "api.example.com", inject: ["header", "url"] }],
         tools: [super::greet, first, super::who_am_i],
     }
 
@@ -143,6 +144,10 @@ mod plugin {
         assert_eq!(
             m["capabilities"],
             json!({"workspace": "read-write", "network": ["api.example.com", "127.0.0.1:8080"], "host": []})
+        );
+        assert_eq!(
+            m["secrets"],
+            json!([{"name": "api_key", "audience": "api.example.com", "inject": ["header", "url"]}])
         );
     }
 

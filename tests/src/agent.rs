@@ -19,7 +19,8 @@ use crate::HOSTILE_WASM;
 #[derive(Default)]
 pub struct Recorder {
     /// `run`, `before:<tool>:<id>`, `progress:<tool>:<id>:<text>`,
-    /// `after:<tool>:<id>:<ok>` and `delta:<text>` lines.
+    /// `after:<tool>:<id>:<ok>`, `delta:<text>` and `interim:<text>` (a
+    /// goal's interim answer) lines.
     pub events: Mutex<Vec<String>>,
 }
 
@@ -46,6 +47,9 @@ impl TurnSink for Recorder {
     }
     fn tool_finished(&self, call: &ToolCall, ok: bool) {
         self.push(format!("after:{}:{}:{ok}", call.function.name, call.id));
+    }
+    fn interim_answer(&self, text: &str) {
+        self.push(format!("interim:{text}"));
     }
 }
 

@@ -18,6 +18,8 @@ pub struct ActiveTurn {
     pub cancel: CancellationToken,
     /// When the turn started.
     pub started: Instant,
+    /// The session's sustained goal while the turn runs (`agent::goals`).
+    pub goal: Arc<super::goals::GoalSlot>,
     /// How many messages had been injected when a plugin last sent to this
     /// turn's own chat (`messaging`), plus one; 0 = no such send.
     sent_at: AtomicUsize,
@@ -26,7 +28,7 @@ pub struct ActiveTurn {
 impl ActiveTurn {
     /// A turn starting now, with `pending` as its queue.
     pub fn new(pending: Arc<PendingQueue>) -> Self {
-        ActiveTurn { pending, cancel: CancellationToken::new(), started: Instant::now(), sent_at: AtomicUsize::new(0) }
+        ActiveTurn { pending, cancel: CancellationToken::new(), started: Instant::now(), goal: Default::default(), sent_at: AtomicUsize::new(0) }
     }
 
     /// A message went to this turn's chat through the `message` tool.

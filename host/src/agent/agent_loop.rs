@@ -75,6 +75,7 @@ impl AgentLoop {
     /// waits for the running turns to finish.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         let mut tasks = JoinSet::new();
+        self.resume_goals();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -91,6 +92,21 @@ impl AgentLoop {
         if let Err(e) = self.core.sessions.sync() {
             tracing::warn!("syncing sessions at shutdown failed: {e}");
         }
+    }
+
+    /// A goal that was active when the process died goes on: each such
+    /// session gets a resume message on the bus (from sender `goal`), whose
+    /// turn recovers the interrupted one (RESTORE) and continues the goal.
+    pub fn resume_goals(&self) -> usize {
+        let found = super::goals::interrupted_goals(self.core.sessions.as_ref());
+        for (key, goal) in &found {
+            let (channel, chat_id) = key.split_once(':').unwrap_or(("cli", key.as_str()));
+            let mut message = InboundMessage::new(channel, "goal", chat_id, super::goals::resume_message(goal));
+            message.session_key_override = Some(key.clone());
+            tracing::info!(session = %key, "resuming an interrupted goal");
+            self.core.bus.publish_inbound(message);
+        }
+        found.len()
     }
 
     /// Idle compaction: at most once a minute (by the compactor's clock),

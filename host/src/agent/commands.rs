@@ -13,13 +13,16 @@ pub enum Command {
     Status,
     /// List commands.
     Help,
+    /// Set the session's sustained goal (`/goal <task>`) or show it.
+    Goal,
 }
 
 /// Every command with its one-line help.
 pub const COMMANDS: &[(&str, Command, &str)] = &[
     ("new", Command::New, "start a new conversation (the old one is archived)"),
     ("stop", Command::Stop, "stop the running task and this chat's subagents; finished tool steps are kept"),
-    ("status", Command::Status, "model, token and context use, session size, uptime, active tasks, running subagents"),
+    ("status", Command::Status, "model, token and context use, session size, uptime, active tasks, running subagents, the goal"),
+    ("goal", Command::Goal, "<task>: work on a long-running task until it is done; alone: show the goal"),
     ("help", Command::Help, "this list"),
 ];
 
@@ -61,6 +64,14 @@ pub fn parse(text: &str) -> Parsed {
     }
 }
 
+/// The text after the command word (`/goal write the report` → `write
+/// the report`), trimmed.
+pub fn args(text: &str) -> &str {
+    let rest = text.trim_start().strip_prefix('/').unwrap_or_default();
+    let word = rest.split_whitespace().next().unwrap_or_default();
+    rest[word.len()..].trim()
+}
+
 /// True for commands answered without the session lock, even mid-turn.
 pub fn is_priority(text: &str) -> bool {
     matches!(parse(text), Parsed::Known(Command::Stop | Command::Status))
@@ -95,6 +106,8 @@ pub struct StatusFacts<'a> {
     pub uptime_secs: u64,
     /// Turns running now.
     pub active_tasks: usize,
+    /// The session's goal (a running turn's, when one runs).
+    pub goal: Option<crate::agent::goals::Goal>,
 }
 
 /// The `/status` text for `session`.
@@ -105,8 +118,12 @@ pub fn status_text(facts: &StatusFacts<'_>, session: &Session) -> String {
     let at_most = if session.metadata.contains_key(LAST_PROMPT_TOKENS_BOUND) { "at most " } else { "" };
     let percent = if facts.context_window > 0 { last_prompt as f64 * 100.0 / facts.context_window as f64 } else { 0.0 };
     let up = facts.uptime_secs;
+    let goal = match &facts.goal {
+        Some(goal) => format!("\n{}", crate::agent::goals::describe(goal)),
+        None => String::new(),
+    };
     format!(
-        "Model: {} ({})\nTokens used in this session: {} prompt, {} completion\nContext: {}{} of {} tokens ({:.0}%)\nMessages in session: {} ({} archived)\nUptime: {}h {:02}m {:02}s\nActive tasks: {}",
+        "Model: {} ({})\nTokens used in this session: {} prompt, {} completion\nContext: {}{} of {} tokens ({:.0}%)\nMessages in session: {} ({} archived)\nUptime: {}h {:02}m {:02}s\nActive tasks: {}{goal}",
         facts.model,
         facts.provider,
         field("prompt_tokens"),
@@ -130,7 +147,7 @@ mod tests {
 
     #[test]
     fn status_says_when_the_prompt_size_is_only_a_bound() {
-        let facts = StatusFacts { model: "m", provider: "p", context_window: 1000, uptime_secs: 0, active_tasks: 0 };
+        let facts = StatusFacts { model: "m", provider: "p", context_window: 1000, uptime_secs: 0, active_tasks: 0, goal: None };
         let mut session = Session::new("t:1");
         session.set_meta(LAST_PROMPT_TOKENS, Some(250.into()));
         assert!(status_text(&facts, &session).contains("Context: 250 of 1000 tokens (25%)"));
@@ -148,5 +165,9 @@ mod tests {
         assert_eq!(parse("/stats"), Parsed::Unknown { name: "stats".into(), suggestion: Some("status") });
         assert_eq!(parse("/deploy"), Parsed::Unknown { name: "deploy".into(), suggestion: None });
         assert!(is_priority("/stop") && is_priority("/status") && !is_priority("/new"));
+        assert_eq!(parse("/goal write the report"), Parsed::Known(Command::Goal));
+        assert_eq!(args("  /goal   write the report \n"), "write the report");
+        assert_eq!(args("/goal"), "");
+        assert_eq!(args("/goal@bot ship it"), "ship it");
     }
 }

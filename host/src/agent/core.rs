@@ -78,6 +78,11 @@ impl AgentCore {
             context_window: self.settings.context_window,
             uptime_secs: self.started_at.elapsed().as_secs(),
             active_tasks: self.active.count(),
+            // Mid-turn the running turn's slot is newer than the stored copy.
+            goal: match self.active.get(&session.key) {
+                Some(turn) => turn.goal.get().or_else(|| super::goals::goal_of(session)),
+                None => super::goals::goal_of(session),
+            },
         };
         let text = super::commands::status_text(&facts, session);
         match self.services.subagents().and_then(|m| m.status_lines(&session.key)) {

@@ -12,9 +12,11 @@
 //! router); `chitin agent` passes its stderr display.
 
 pub mod active;
+pub mod attachments;
 pub mod agent_loop;
 pub mod commands;
 pub mod context;
+pub mod goals;
 pub mod core;
 pub mod pending;
 pub mod responder;

@@ -139,7 +139,8 @@ pub fn user_message(inbound: &InboundMessage) -> Message {
     message
 }
 
-fn is_image(path: &std::path::Path) -> bool {
+/// Whether an attachment is shown to the model as an image (by extension).
+pub fn is_image(path: &std::path::Path) -> bool {
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     matches!(ext.as_deref(), Some("png" | "jpg" | "jpeg" | "gif" | "webp" | "bmp"))
 }

@@ -8,6 +8,8 @@
 //! - a tool starting, its plugin's `host.progress` texts, and its end:
 //!   `Progress` with the metadata of [`crate::bus::PROGRESS_TOOL`]
 //!   (`tool`, `call_id`, `phase`, and `ok` at the end);
+//! - an interim answer of a sustained goal: a reply `Message` marked
+//!   `_goal_continuation` (after `StreamEnd` when streamed);
 //! - the outcome ([`BusResponder::finish`]): `StreamEnd` after a streamed
 //!   reply, the reply (or the apology of a failed turn), then `TurnEnd`,
 //!   always last, so a front end knows the turn is over.
@@ -26,6 +28,8 @@ pub struct BusResponder {
     bus: Arc<MessageBus>,
     channel: String,
     chat_id: String,
+    /// The inbound's thread or topic: every event goes back to it.
+    thread: Option<Value>,
     stream: bool,
 }
 
@@ -34,13 +38,17 @@ impl BusResponder {
     pub fn new(bus: Arc<MessageBus>, to: &InboundMessage, stream: bool) -> Arc<Self> {
         // A `system` message (a subagent's result) is answered in its origin chat.
         let (channel, chat_id) = to.reply_route();
-        Arc::new(BusResponder { bus, channel, chat_id, stream })
+        let thread = to.metadata.get(bus::THREAD).cloned();
+        Arc::new(BusResponder { bus, channel, chat_id, thread, stream })
     }
 
     fn publish(&self, kind: OutboundKind, content: impl Into<String>, metadata: Map<String, Value>) {
         let mut event = OutboundMessage::reply(&self.channel, &self.chat_id, content);
         event.kind = kind;
         event.metadata = metadata;
+        if let Some(thread) = &self.thread {
+            event.metadata.insert(bus::THREAD.into(), thread.clone());
+        }
         self.bus.publish_outbound(event);
     }
 
@@ -102,5 +110,18 @@ impl TurnSink for BusResponder {
 
     fn tool_finished(&self, call: &ToolCall, ok: bool) {
         self.tool_event(call, "finished", String::new(), Some(ok));
+    }
+
+    /// An interim answer of a goal run is delivered like a reply (after
+    /// `StreamEnd` when it was streamed), marked with
+    /// [`crate::agent::goals::GOAL_CONTINUATION`], so the chat sees the
+    /// progress while the goal goes on; `TurnEnd` comes only with the turn.
+    fn interim_answer(&self, text: &str) {
+        if self.stream {
+            self.publish(OutboundKind::StreamEnd, "", Map::new());
+        }
+        let mut metadata = Map::new();
+        metadata.insert(crate::agent::goals::GOAL_CONTINUATION.into(), Value::Bool(true));
+        self.publish(OutboundKind::Message { streamed: self.stream }, text, metadata);
     }
 }

@@ -19,7 +19,8 @@ use std::sync::{Arc, OnceLock, RwLock};
 use super::active::ActiveTurns;
 use crate::bus::{MessageBus, OutboundMessage, SYSTEM_CHANNEL};
 use super::subagents::SubagentManager;
-use crate::plugins::services::{Delivery, HostServices, SendRequest, SpawnFuture, SpawnRequest, SubagentInfo, chat_allowed};
+use crate::cron::{CronService, Job, JobSpec, Origin, Schedule};
+use crate::plugins::services::{Delivery, GoalUpdate, GoalView, HostServices, JobRequest, JobView, SendRequest, SpawnFuture, SpawnRequest, SubagentInfo, When, chat_allowed};
 use crate::plugins::CallContext;
 use crate::workspace::Workspace;
 
@@ -47,11 +48,13 @@ pub struct AgentServices {
     reachable: RwLock<Option<Vec<String>>>,
     /// `agents` (the `spawn` tool), once the agent has set it up.
     subagents: OnceLock<Arc<SubagentManager>>,
+    /// The scheduled jobs, where a process fires them (the gateway).
+    cron: RwLock<Option<Arc<CronService>>>,
 }
 
 impl AgentServices {
     pub fn new(bus: Arc<MessageBus>, active: Arc<ActiveTurns>, workspace: Workspace) -> Self {
-        AgentServices { bus, active, workspace, reachable: RwLock::new(None), subagents: OnceLock::new() }
+        AgentServices { bus, active, workspace, reachable: RwLock::new(None), subagents: OnceLock::new(), cron: RwLock::new(None) }
     }
 
     /// Serves `agents` with `manager` (the first one set stays).
@@ -68,6 +71,17 @@ impl AgentServices {
     /// refused instead of being queued for nobody.
     pub fn set_reachable(&self, channels: Vec<String>) {
         *self.reachable.write().expect("reachable lock") = Some(channels);
+    }
+
+    /// Serves `schedule` from `cron` (the gateway, which fires the jobs).
+    pub fn set_cron(&self, cron: Arc<CronService>) {
+        *self.cron.write().expect("cron lock") = Some(cron);
+    }
+
+    fn cron(&self) -> Result<Arc<CronService>, String> {
+        self.cron.read().expect("cron lock").clone().ok_or_else(|| {
+            "scheduled jobs run in `chitin gateway`; they are not available here (a one-shot `chitin agent` has no chat to come back to)".to_string()
+        })
     }
 
     /// The checked attachment: `rel` inside the workspace, a regular file
@@ -148,6 +162,62 @@ impl HostServices for AgentServices {
     fn subagent_status(&self, call: &CallContext) -> Result<Vec<SubagentInfo>, String> {
         let manager = self.subagents.get().ok_or("agents: subagents are not set up in this process")?;
         Ok(manager.running_in(&call.session_key))
+    }
+
+    fn add_job(&self, call: &CallContext, job: JobRequest) -> Result<JobView, String> {
+        let cron = self.cron()?;
+        if call.channel == crate::gateway::api::API_CHANNEL || call.channel == SYSTEM_CHANNEL {
+            return Err(format!("a `{}` conversation has no chat to deliver a scheduled job's answer to", call.channel));
+        }
+        let schedule = match job.when {
+            When::EverySeconds(secs) => Schedule::every(u64::from(secs)),
+            When::Cron { expr, tz } => Schedule::cron(&expr, tz.as_deref()),
+            When::At { time, tz } => Schedule::at(&time, tz.as_deref(), cron.now()),
+        }
+        .map_err(|e| e.0)?;
+        let origin = Origin { session_key: call.session_key.clone(), channel: call.channel.clone(), chat_id: call.chat_id.clone() };
+        cron.add(JobSpec { name: job.name, message: job.message, schedule }, &origin).map(|j| job_view(&j)).map_err(|e| e.to_string())
+    }
+
+    fn list_jobs(&self, call: &CallContext) -> Result<Vec<JobView>, String> {
+        Ok(self.cron()?.list(&call.session_key).iter().map(job_view).collect())
+    }
+
+    fn remove_job(&self, call: &CallContext, id: &str) -> Result<JobView, String> {
+        self.cron()?.remove(&call.session_key, id).map(|j| job_view(&j)).map_err(|e| e.to_string())
+    }
+
+    /// `goals.create`: on the running turn's goal ([`super::goals`]).
+    fn create_goal(&self, call: &CallContext, objective: String, ui_summary: Option<String>) -> Result<GoalView, String> {
+        let goal = self.goal_slot(call)?.create(objective, ui_summary)?;
+        tracing::info!(session = %call.session_key, "goal created");
+        Ok(goal.view())
+    }
+
+    /// `goals.update`: on the running turn's goal.
+    fn update_goal(&self, call: &CallContext, update: GoalUpdate) -> Result<GoalView, String> {
+        let action = update.action;
+        let goal = self.goal_slot(call)?.update(update)?;
+        tracing::info!(session = %call.session_key, ?action, status = goal.status.name(), "goal updated");
+        Ok(goal.view())
+    }
+}
+
+impl AgentServices {
+    /// The goal of the turn `call` belongs to: a goal is changed only from
+    /// inside its session's turn.
+    fn goal_slot(&self, call: &CallContext) -> Result<Arc<super::goals::GoalSlot>, String> {
+        self.active.get(&call.session_key).map(|turn| turn.goal.clone()).ok_or_else(|| format!("goals: {}", crate::plugins::services::NO_SERVICES))
+    }
+}
+
+fn job_view(job: &Job) -> JobView {
+    JobView {
+        id: job.id.clone(),
+        name: job.name.clone(),
+        message: job.message.clone(),
+        schedule: job.schedule.describe(),
+        next_run: job.next_run.map(|t| t.to_rfc3339()),
     }
 }
 

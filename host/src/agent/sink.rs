@@ -54,6 +54,13 @@ pub trait TurnSink: Send + Sync {
 
     /// `call` finished; `ok` is false for an error or a refusal.
     fn tool_finished(&self, _call: &ToolCall, _ok: bool) {}
+
+    /// While a sustained goal is active, the model answered without tools
+    /// and the run goes on (`agent::goals`): `text` is that interim answer
+    /// (the model's; escape it for the medium). When the sink streams, its
+    /// text already came as deltas; the next deltas belong to the next
+    /// answer.
+    fn interim_answer(&self, _text: &str) {}
 }
 
 /// A sink that shows nothing (benches, internal turns, tests that do not

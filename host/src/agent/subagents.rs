@@ -250,6 +250,8 @@ impl SubagentManager {
             injections: None,
             sink: super::sink::silent(),
             fail_on_tool_error: true,
+            // A subagent has no session, so no goal.
+            goal: None,
         }
     }
 

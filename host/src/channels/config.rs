@@ -4,7 +4,7 @@
 //! depends on the plugin: a key named like one of the manifest's declared
 //! secrets (`bot_token`) is a secret, its `${VAR}`s expanded, and it never
 //! reaches the component; the host keys (`enabled`, `plugin`, `allow_from`,
-//! `mode`, `api_base`) are the host's; everything else is a free-form
+//! `group_policy`, `mode`, `public_url`, `api_base`) are the host's; everything else is a free-form
 //! setting passed to the component's `start(config)` as JSON. A setting that
 //! uses `${VAR}` is refused, since an expanded variable in a setting would be
 //! a secret handed to the sandbox.
@@ -65,6 +65,17 @@ impl GroupPolicy {
     }
 }
 
+/// How the platform's events reach the host (`mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// `"poll"` (default): the host runs the component's long poll.
+    #[default]
+    Poll,
+    /// `"webhook"`: the platform calls the gateway at `public_url` +
+    /// `/webhooks/<name><route>`.
+    Webhook,
+}
+
 /// One `[channels.<name>]` table, resolved against the plugin's declared
 /// secrets.
 #[derive(Clone)]
@@ -79,6 +90,14 @@ pub struct ChannelConfig {
     pub allow_from: AllowFrom,
     /// `group_policy` (default `"mention"`).
     pub group_policy: GroupPolicy,
+    /// `mode` (default `"poll"`).
+    pub mode: Mode,
+    /// `public_url` (webhook mode): the gateway's address as the platform
+    /// reaches it, e.g. `https://bot.example.com` (a reverse proxy or tunnel
+    /// in front of `[gateway] listen`); no trailing `/`.
+    pub public_url: Option<String>,
+    /// `max_media_mb` (default 20): the largest inbound file downloaded.
+    pub max_media_mb: u64,
     /// `api_base`: where the platform's API is served instead of its public
     /// host (a local Bot API server, a mock in tests).
     pub api_base: Option<String>,
@@ -96,6 +115,9 @@ impl std::fmt::Debug for ChannelConfig {
             .field("enabled", &self.enabled)
             .field("plugin", &self.plugin)
             .field("allow_from", &self.allow_from)
+            .field("mode", &self.mode)
+            .field("max_media_mb", &self.max_media_mb)
+            .field("public_url", &self.public_url)
             .field("api_base", &self.api_base)
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
             .field("settings", &self.settings)
@@ -103,7 +125,7 @@ impl std::fmt::Debug for ChannelConfig {
     }
 }
 
-const HOST_KEYS: [&str; 6] = ["enabled", "plugin", "allow_from", "group_policy", "mode", "api_base"];
+const HOST_KEYS: [&str; 8] = ["enabled", "plugin", "allow_from", "group_policy", "mode", "api_base", "public_url", "max_media_mb"];
 
 fn table<'a>(name: &str, raw: &'a toml::Value) -> Result<&'a toml::Table, ChannelSetupError> {
     raw.as_table().ok_or_else(|| ChannelSetupError::Config { key: format!("channels.{name}"), message: "must be a table".into() })
@@ -154,24 +176,33 @@ impl ChannelConfig {
             Some(Some("off")) => GroupPolicy::Off,
             Some(other) => return Err(bad("group_policy", format!("must be \"mention\", \"command\", \"ambient\" or \"off\", not {other:?}"))),
         };
-        match t.get("mode").map(|v| v.as_str()) {
-            None | Some(Some("poll")) => {}
-            Some(Some("webhook")) => {
-                return Err(bad("mode", "\"webhook\" is not yet supported by the channel manager; use mode = \"poll\"".into()));
+        let mode = match t.get("mode").map(|v| v.as_str()) {
+            None | Some(Some("poll")) => Mode::Poll,
+            Some(Some("webhook")) => Mode::Webhook,
+            Some(other) => return Err(bad("mode", format!("must be \"poll\" or \"webhook\", not {other:?}"))),
+        };
+        let http_url = |k: &str| -> Result<Option<String>, ChannelSetupError> {
+            let Some(v) = t.get(k) else { return Ok(None) };
+            let raw = v.as_str().ok_or_else(|| bad(k, "must be a URL".into()))?;
+            let text = expand_env(raw, &key(k)).map_err(ChannelSetupError::Env)?;
+            let url = reqwest::Url::parse(&text).map_err(|e| bad(k, format!("`{text}` is not a URL: {e}")))?;
+            if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+                return Err(bad(k, format!("`{text}` must be an http or https URL")));
             }
-            Some(other) => return Err(bad("mode", format!("must be \"poll\" (or, later, \"webhook\"), not {other:?}"))),
+            Ok(Some(text.trim_end_matches('/').to_string()))
+        };
+        let public_url = http_url("public_url")?;
+        if public_url.as_ref().is_some_and(|u| u.contains(['?', '#'])) {
+            return Err(bad("public_url", "must not carry a query or fragment (the webhook path is appended to it)".into()));
         }
-        let api_base = match t.get("api_base") {
-            None => None,
-            Some(v) => {
-                let base = v.as_str().ok_or_else(|| bad("api_base", "must be a URL".into()))?;
-                let base = expand_env(base, &key("api_base")).map_err(ChannelSetupError::Env)?;
-                let url = reqwest::Url::parse(&base).map_err(|e| bad("api_base", format!("`{base}` is not a URL: {e}")))?;
-                if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-                    return Err(bad("api_base", format!("`{base}` must be an http or https URL")));
-                }
-                Some(base.trim_end_matches('/').to_string())
-            }
+        if mode == Mode::Webhook && public_url.is_none() {
+            return Err(bad("public_url", "mode = \"webhook\" needs the gateway's public address, e.g. public_url = \"https://bot.example.com\" (the platform calls public_url + /webhooks/<channel><route>)".into()));
+        }
+        let api_base = http_url("api_base")?;
+        let max_media_mb = match t.get("max_media_mb") {
+            None => super::media::DEFAULT_MAX_MEDIA_MB,
+            Some(toml::Value::Integer(n)) if (1..=super::media::MAX_MEDIA_MB as i64).contains(n) => *n as u64,
+            Some(other) => return Err(bad("max_media_mb", format!("must be a whole number of megabytes, 1 to {}, not {other}", super::media::MAX_MEDIA_MB))),
         };
         let mut secrets = BTreeMap::new();
         let mut settings = Map::new();
@@ -194,12 +225,25 @@ impl ChannelConfig {
                 settings.insert(k.clone(), json);
             }
         }
-        Ok(ChannelConfig { name: name.to_string(), enabled, plugin, allow_from, group_policy, api_base, secrets, settings })
+        Ok(ChannelConfig { name: name.to_string(), enabled, plugin, allow_from, group_policy, mode, public_url, max_media_mb, api_base, secrets, settings })
     }
 
-    /// The JSON for `start(config)`: the settings, never a secret value.
-    pub fn start_json(&self) -> String {
-        Value::Object(self.settings.clone()).to_string()
+    /// The JSON for `start(config)`: the settings, never a secret value,
+    /// plus `mode` (`"poll"` or `"webhook"`) and, in webhook mode,
+    /// `webhook_url` (the public URL of the channel's route, `webhook_path`
+    /// appended to `public_url`), which the component registers with the
+    /// platform (Telegram's `setWebhook`).
+    pub fn start_json(&self, webhook_path: Option<&str>) -> String {
+        let mut settings = self.settings.clone();
+        let mode = match self.mode {
+            Mode::Poll => "poll",
+            Mode::Webhook => "webhook",
+        };
+        settings.insert("mode".into(), Value::from(mode));
+        if let (Mode::Webhook, Some(base), Some(path)) = (self.mode, &self.public_url, webhook_path) {
+            settings.insert("webhook_url".into(), Value::from(format!("{base}{path}")));
+        }
+        Value::Object(settings).to_string()
     }
 }
 
@@ -222,7 +266,7 @@ mod tests {
         assert_eq!(c.allow_from, AllowFrom::Anyone);
         assert_eq!(c.api_base.as_deref(), Some("http://127.0.0.1:9"));
         assert_eq!(c.secrets["bot_token"], "s3cr3t-v4lue");
-        assert_eq!(c.start_json(), r#"{"greeting":"hi"}"#);
+        assert_eq!(c.start_json(None), r#"{"greeting":"hi","mode":"poll"}"#);
         assert!(!format!("{c:?}").contains("s3cr3t"), "Debug never shows a secret");
     }
 
@@ -231,11 +275,31 @@ mod tests {
         let e = parse("bot_token = \"${CHITIN_TEST_UNSET_CHAN_Z9}\"").unwrap_err().to_string();
         assert!(e.contains("channels.tg.bot_token") && e.contains("CHITIN_TEST_UNSET_CHAN_Z9"), "{e}");
         let e = parse("mode = \"webhook\"").unwrap_err().to_string();
-        assert!(e.contains("channels.tg.mode") && e.contains("not yet supported"), "{e}");
+        assert!(e.contains("channels.tg.public_url") && e.contains("webhook"), "{e}");
+        let e = parse("mode = \"push\"").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.mode") && e.contains("push"), "{e}");
+        let e = parse("mode = \"webhook\"\npublic_url = \"ftp://x\"").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.public_url"), "{e}");
         let e = parse("other = \"${HOME}\"").unwrap_err().to_string();
         assert!(e.contains("channels.tg.other"), "{e}");
+        let e = parse("max_media_mb = 0").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.max_media_mb"), "{e}");
+        assert_eq!(parse("max_media_mb = 5").unwrap().max_media_mb, 5);
+        assert_eq!(parse("").unwrap().max_media_mb, 20);
         let e = parse("allow_from = \"*\"").unwrap_err().to_string();
         assert!(e.contains("channels.tg.allow_from"), "{e}");
+    }
+
+    #[test]
+    fn webhook_mode_gives_the_component_its_public_url() {
+        let c = parse("mode = \"webhook\"\npublic_url = \"https://bot.example.com/\"\nbot_username = \"b\"").unwrap();
+        assert_eq!(c.mode, Mode::Webhook);
+        assert_eq!(c.public_url.as_deref(), Some("https://bot.example.com"));
+        let start: Value = serde_json::from_str(&c.start_json(Some("/webhooks/tg/telegram"))).unwrap();
+        assert_eq!(start["mode"], "webhook");
+        assert_eq!(start["webhook_url"], "https://bot.example.com/webhooks/tg/telegram");
+        assert_eq!(start["bot_username"], "b");
+        assert!(start.get("public_url").is_none(), "a host key");
     }
 
     #[test]

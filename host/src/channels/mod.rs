@@ -52,8 +52,11 @@
 //! `wasi:http` requests under its grant.
 
 pub mod config;
+pub mod media;
 pub mod record;
+pub mod stream;
 pub mod transport;
+pub mod webhook;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -76,7 +79,7 @@ use crate::plugins::secrets::Secrets;
 use crate::plugins::{PluginCatalog, PluginError};
 use crate::plugins::world::World;
 
-pub use config::{AllowFrom, ChannelConfig, GroupPolicy};
+pub use config::{AllowFrom, ChannelConfig, GroupPolicy, Mode};
 use record::{ChannelLock, ChannelRecord};
 use transport::Transport;
 
@@ -145,6 +148,7 @@ pub struct ComponentChannel {
     plugin: Arc<LoadedPlugin>,
     runtime: Arc<PluginRuntime>,
     dir: PathBuf,
+    media_dir: PathBuf,
 }
 
 /// Builds a [`ComponentChannel`] for every enabled `[channels.*]`.
@@ -167,10 +171,28 @@ pub fn build(
         }
         let spec = plugin.manifest.channel.as_ref().ok_or_else(|| bad(format!("plugin `{plugin_name}` has no `channel` section")))?;
         let config = ChannelConfig::parse(name, raw, |k| spec.secrets.iter().any(|s| s.name == k))?;
+        if config.mode == Mode::Webhook {
+            let key = |k: &str| format!("channels.{name}.{k}");
+            // The name is a segment of the route's URL path.
+            if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                return Err(ChannelSetupError::Config { key: key("mode"), message: format!("a webhook channel's name is part of its URL (/webhooks/{name}/...): use letters, digits, `_` and `-` only") });
+            }
+            let Some(hook) = spec.webhook.as_ref().filter(|_| spec.receive.contains(&crate::plugins::manifest::channel::ReceiveMode::Webhook)) else {
+                return Err(ChannelSetupError::Config { key: key("mode"), message: format!("plugin `{plugin_name}` does not receive by webhook (its manifest's channel.receive)") });
+            };
+            if let Some(secret) = hook.verify.secret()
+                && !config.secrets.contains_key(secret)
+            {
+                return Err(ChannelSetupError::Config {
+                    key: key(secret),
+                    message: format!("webhook mode verifies every request with this secret; set it, e.g. {secret} = \"${{{}}}\"", secret.to_uppercase()),
+                });
+            }
+        }
         if config.allow_from == AllowFrom::Only(Vec::new()) {
             tracing::warn!(channel = %name, "channels.{name}.allow_from is empty: nobody can talk to this channel (set [\"*\"] or sender ids)");
         }
-        out.push(ComponentChannel { config, plugin: plugin.clone(), runtime: runtime.clone(), dir: channels_dir(data_root) });
+        out.push(ComponentChannel { config, plugin: plugin.clone(), runtime: runtime.clone(), dir: channels_dir(data_root), media_dir: media::media_dir(data_root, name) });
     }
     Ok(out)
 }
@@ -212,12 +234,24 @@ struct Poller {
     /// Chats whose message went to the agent: the deliver loop shows
     /// "typing" there until the reply lands.
     typing: tokio::sync::mpsc::UnboundedSender<String>,
+    /// Webhook mode: the mount path and its verified requests.
+    webhook: Option<(String, tokio::sync::mpsc::Receiver<webhook::WebhookCall>)>,
+    routes: Arc<webhook::Routes>,
+    /// Where inbound media are stored.
+    media_dir: PathBuf,
     _lock: ChannelLock,
+}
+
+/// What a committed step left for the caller.
+#[derive(Default)]
+struct Committed {
+    poll_after: Option<u32>,
+    respond: Option<crate::plugins::channel::WebhookResponse>,
 }
 
 impl Poller {
     async fn open(channel: ComponentChannel, ctx: ChannelContext) -> Result<Poller, (ChannelContext, ChannelSetupError)> {
-        let ComponentChannel { config, plugin, runtime, dir } = channel;
+        let ComponentChannel { config, plugin, runtime, dir, media_dir } = channel;
         let name = config.name.clone();
         let setup = || -> Result<(ChannelLock, ChannelRecord, Transport), ChannelSetupError> {
             std::fs::create_dir_all(&dir).map_err(|source| ChannelSetupError::Io { what: "creating the channels directory", path: dir.clone(), source })?;
@@ -245,6 +279,19 @@ impl Poller {
                 let transport = Arc::new(transport);
                 let limits = plugin.manifest.channel.as_ref().map(|c| c.limits.clone()).unwrap_or_default();
                 let (typing, typing_rx) = tokio::sync::mpsc::unbounded_channel();
+                let spec = plugin.manifest.channel.as_ref().expect("checked in build");
+                // Registered only once the lock is ours, so a second gateway
+                // never answers for the first one's channel.
+                let webhook = match (config.mode, &spec.webhook) {
+                    (Mode::Webhook, Some(hook)) => {
+                        let path = webhook::mount_path(&name, &hook.route);
+                        let secret = hook.verify.secret().and_then(|s| config.secrets.get(s)).map(String::as_str);
+                        let calls = ctx.webhooks.register(&path, &name, webhook::Verifier::new(hook.verify.clone(), secret));
+                        tracing::info!(channel = %name, "webhook route {path}");
+                        Some((path, calls))
+                    }
+                    _ => None,
+                };
                 let outbound = tokio::spawn(deliver_loop(name.clone(), plugin.clone(), runtime.clone(), ctx.outbound, typing_rx, limits));
                 Ok(Poller {
                     path: dir.join(format!("{name}.json")),
@@ -258,6 +305,9 @@ impl Poller {
                     shutdown: ctx.shutdown,
                     outbound: Some(outbound),
                     typing,
+                    webhook,
+                    routes: ctx.webhooks,
+                    media_dir,
                     _lock: lock,
                 })
             }
@@ -285,23 +335,38 @@ impl Poller {
     }
 
     /// Applies a valid step: commit 1, then publish, then commit 2. Returns
-    /// the step's `poll-after`.
-    fn commit(&mut self, step: Step) -> Result<Option<u32>, ChannelSetupError> {
+    /// the step's `poll-after` and `respond`.
+    async fn commit(&mut self, step: Step) -> Result<Committed, ChannelSetupError> {
         let now = Utc::now();
-        let mut poll_after = None;
+        let mut out = Committed::default();
         let mut http = Vec::new();
         let mut emitted = false;
         for action in step.actions {
             match action {
                 Action::Emit(inbound) => {
                     emitted = true;
-                    if let Some(message) = accept(&mut self.record, &self.name, &self.config.allow_from, self.config.group_policy, &inbound, now) {
+                    if let Some(mut message) = accept(&mut self.record, &self.name, &self.config.allow_from, self.config.group_policy, &inbound, now) {
+                        // Before commit 1: a crash here re-polls the update
+                        // and downloads again; nothing half-done is kept.
+                        if !inbound.media.is_empty() {
+                            let (files, notes) =
+                                media::fetch(&self.name, &self.runtime, &self.plugin, &self.transport, &inbound.media, self.config.max_media_mb, &self.media_dir).await;
+                            message.media = files;
+                            for note in notes {
+                                if !message.content.is_empty() {
+                                    message.content.push('\n');
+                                }
+                                message.content.push_str(&note);
+                            }
+                        }
                         self.record.inbox.push(message);
                     }
                 }
-                Action::PollAfter(ms) => poll_after = Some(ms),
+                Action::PollAfter(ms) => out.poll_after = Some(ms),
                 Action::Http(request) => http.push(request),
-                other => tracing::warn!(channel = %self.name, "action not supported in poll mode yet, ignored: {}", action_name(&other)),
+                // Only an on-webhook step may carry it (checked with the step).
+                Action::Respond(response) => out.respond = Some(response),
+                other => tracing::warn!(channel = %self.name, "action not supported yet, ignored: {}", action_name(&other)),
             }
         }
         if emitted && std::env::var(CRASH_BEFORE_COMMIT_VAR).is_ok_and(|v| v == "1") {
@@ -316,16 +381,33 @@ impl Poller {
         for request in http {
             let (transport, name) = (self.transport.clone(), self.name.clone());
             tokio::spawn(async move {
-                if let Err(e) = transport.run(&request).await {
-                    tracing::warn!(channel = %name, "http action failed: {e}");
+                match transport.run(&request).await {
+                    Ok(response) if (200..300).contains(&response.status) => {}
+                    // `setWebhook` refused means no update will ever come:
+                    // say so where the user looks.
+                    Ok(response) => tracing::warn!(
+                        channel = %name,
+                        "http action answered {}: {}",
+                        response.status,
+                        crate::text::clip_for_terminal(&String::from_utf8_lossy(&response.body), 512, "body")
+                    ),
+                    Err(e) => tracing::warn!(channel = %name, "http action failed: {e}"),
                 }
             });
         }
-        Ok(poll_after)
+        Ok(out)
     }
 
     async fn run(mut self) -> ChannelStatus {
         let status = self.poll_loop().await;
+        if let Some((path, mut calls)) = self.webhook.take() {
+            self.routes.unregister(&path);
+            // Requests still queued: the platform retries a 503.
+            calls.close();
+            while let Ok(call) = calls.try_recv() {
+                let _ = call.reply.send(webhook::empty(503));
+            }
+        }
         self.set_status(&status);
         if let Some(task) = self.outbound.take() {
             task.abort();
@@ -347,7 +429,11 @@ impl Poller {
                 _ = self.shutdown.cancelled() => return ChannelStatus::Stopped("gateway shut down".into()),
                 _ = tokio::time::sleep(wait) => {}
             }
-            let round = if started { self.poll_once().await } else { self.start_once().await };
+            let round = match (started, self.config.mode) {
+                (false, _) => self.start_once().await,
+                (true, Mode::Poll) => self.poll_once().await,
+                (true, Mode::Webhook) => self.webhook_once().await,
+            };
             match round {
                 Ok(poll_after) => {
                     started = true;
@@ -373,9 +459,50 @@ impl Poller {
     }
 
     async fn start_once(&mut self) -> Result<Option<u32>, Failure> {
-        let config = self.config.start_json();
+        let config = self.config.start_json(self.webhook.as_ref().map(|(path, _)| path.as_str()));
         let step = self.runtime.channel_step(&self.plugin, Callback::Start { config: &config }, &self.record.state).await.map_err(|e| self.failure(e, None))?;
-        self.commit(step).map_err(|e| Failure::Fatal(e.to_string()))
+        Ok(self.commit(step).await.map_err(|e| Failure::Fatal(e.to_string()))?.poll_after)
+    }
+
+    /// One verified webhook request: `on-webhook`, commit as a poll step
+    /// does, then answer with the step's `respond` (200 empty without one).
+    /// A failed step answers 500 and commits nothing; the platform's retry
+    /// is the backoff, so the channel takes the next request at once.
+    async fn webhook_once(&mut self) -> Result<Option<u32>, Failure> {
+        let call = {
+            let Some((_, calls)) = self.webhook.as_mut() else { return Err(Failure::Fatal("webhook mode without a route".into())) };
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return Err(Failure::Shutdown),
+                call = calls.recv() => match call {
+                    Some(call) => call,
+                    None => return Err(Failure::Fatal("the webhook route was closed".into())),
+                },
+            }
+        };
+        let step = match self.runtime.channel_step(&self.plugin, Callback::Webhook(&call.request), &self.record.state).await {
+            Ok(step) => step,
+            Err(e) => {
+                let failure = self.failure(e, None);
+                let _ = call.reply.send(webhook::empty(500));
+                return match failure {
+                    Failure::Retry { reason, .. } => {
+                        tracing::warn!(channel = %self.name, "webhook step failed, answered 500 (the platform retries): {reason}");
+                        Ok(None)
+                    }
+                    other => Err(other),
+                };
+            }
+        };
+        match self.commit(step).await {
+            Ok(committed) => {
+                let _ = call.reply.send(committed.respond.unwrap_or_else(|| webhook::empty(200)));
+                Ok(None)
+            }
+            Err(e) => {
+                let _ = call.reply.send(webhook::empty(500));
+                Err(Failure::Fatal(e.to_string()))
+            }
+        }
     }
 
     async fn poll_once(&mut self) -> Result<Option<u32>, Failure> {
@@ -387,7 +514,7 @@ impl Poller {
         let response = response.map_err(|e| Failure::Retry { reason: e.to_string(), after: None })?;
         let after = (response.status == 429).then(|| transport::retry_after(&response.headers, &response.body)).flatten();
         let step = self.runtime.channel_step(&self.plugin, Callback::PollResponse(&response), &self.record.state).await.map_err(|e| self.failure(e, after))?;
-        self.commit(step).map_err(|e| Failure::Fatal(e.to_string()))
+        Ok(self.commit(step).await.map_err(|e| Failure::Fatal(e.to_string()))?.poll_after)
     }
 
     fn failure(&self, error: PluginError, after: Option<Duration>) -> Failure {
@@ -429,7 +556,7 @@ pub fn accept(
         message.metadata.insert("sender_name".into(), Value::from(name.clone()));
     }
     if let Some(thread) = &inbound.thread {
-        message.metadata.insert("thread".into(), Value::from(thread.clone()));
+        message.metadata.insert(crate::bus::THREAD.into(), Value::from(thread.clone()));
         message.session_key_override = Some(format!("{channel}:{}:{thread}", inbound.chat_id));
     }
     Some(message)
@@ -500,6 +627,7 @@ async fn deliver_loop(
 ) {
     let mut rate = RateLimit::new(limits.rate_per_chat_per_min);
     let refresh = Duration::from_millis(u64::from(limits.typing_refresh_ms));
+    let mut streams = stream::Streams::new(Duration::from_millis(u64::from(limits.edit_interval_ms)));
     // Chat → (next refresh, give up at). Empty when the platform has no
     // typing indicator (`typing_refresh_ms = 0`).
     let mut typing: HashMap<String, (Instant, Instant)> = HashMap::new();
@@ -507,6 +635,13 @@ async fn deliver_loop(
         let next_refresh = typing.values().map(|(next, _)| *next).min();
         let tick = async {
             match next_refresh {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let next_edit = streams.next_due();
+        let edit_tick = async {
+            match next_edit {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
                 None => std::future::pending().await,
             }
@@ -536,48 +671,103 @@ async fn deliver_loop(
                 }
                 continue;
             }
+            () = edit_tick => {
+                show_streams(&name, &plugin, &runtime, &mut streams).await;
+                continue;
+            }
         };
         if matches!(message.kind, OutboundKind::Message { .. } | OutboundKind::TurnEnd) {
             typing.remove(&message.chat_id);
         }
-        if !matches!(message.kind, OutboundKind::Message { .. }) || message.content.is_empty() {
+        let key: stream::Key = (message.chat_id.clone(), thread_of(&message));
+        match message.kind {
+            OutboundKind::StreamDelta => {
+                let now = Instant::now();
+                streams.delta(&key, &message.content, now, || rate.check(&message.chat_id, now));
+                show_streams(&name, &plugin, &runtime, &mut streams).await;
+                continue;
+            }
+            OutboundKind::TurnEnd => {
+                streams.forget(&key);
+                continue;
+            }
+            OutboundKind::Message { streamed: true } => {
+                if let stream::Finish::Update { handle, at } = streams.finish(&key) {
+                    if let Some(at) = at {
+                        tokio::time::sleep_until(at.into()).await;
+                    }
+                    match runtime.channel_stream_update(&plugin, &message.chat_id, key.1.as_deref(), handle.as_deref(), &message.content, true).await {
+                        Ok(handle) => {
+                            tracing::info!(channel = %name, chat = %message.chat_id, handle = %handle, "reply delivered (streamed)");
+                            continue;
+                        }
+                        // The reply must not be lost: send it whole.
+                        Err(e) => tracing::warn!(channel = %name, chat = %message.chat_id, "final stream-update failed, delivering the reply instead: {e}"),
+                    }
+                }
+            }
+            OutboundKind::Message { streamed: false } => {}
+            OutboundKind::Progress | OutboundKind::StreamEnd => continue,
+        }
+        if message.content.is_empty() {
             continue;
         }
-        loop {
-            let wait = rate.check(&message.chat_id, Instant::now());
-            if wait.is_zero() {
+        deliver_reply(&name, &plugin, &runtime, &mut rate, &message).await;
+    }
+}
+
+/// Shows every stream that is due (coalesced text, one call per chat).
+async fn show_streams(name: &str, plugin: &LoadedPlugin, runtime: &PluginRuntime, streams: &mut stream::Streams) {
+    for (key, handle, text) in streams.due(Instant::now()) {
+        let result = runtime.channel_stream_update(plugin, &key.0, key.1.as_deref(), handle.as_deref(), &text, false).await;
+        if let Err(e) = &result {
+            tracing::warn!(channel = %name, chat = %key.0, "stream-update failed; the reply will be delivered whole: {e}");
+        }
+        streams.shown(&key, text, result.map_err(|_| ()), Instant::now());
+    }
+}
+
+/// The thread or topic an outbound event belongs to.
+fn thread_of(message: &OutboundMessage) -> Option<String> {
+    message.metadata.get(crate::bus::THREAD).and_then(Value::as_str).map(str::to_string)
+}
+
+/// Delivers one reply: the rate limit, then `deliver` with retries.
+async fn deliver_reply(name: &str, plugin: &LoadedPlugin, runtime: &PluginRuntime, rate: &mut RateLimit, message: &OutboundMessage) {
+    loop {
+        let wait = rate.check(&message.chat_id, Instant::now());
+        if wait.is_zero() {
+            break;
+        }
+        tracing::debug!(channel = %name, chat = %message.chat_id, "rate limit: waiting {wait:?}");
+        tokio::time::sleep(wait).await;
+    }
+    let outgoing = Outgoing {
+        chat_id: message.chat_id.clone(),
+        thread: thread_of(message),
+        text: message.content.clone(),
+        reply_to: message.reply_to.clone(),
+        media: Vec::new(),
+    };
+    let mut attempt = 0;
+    loop {
+        match runtime.channel_deliver(plugin, &outgoing).await {
+            Ok(ids) => {
+                tracing::info!(channel = %name, chat = %outgoing.chat_id, ids = ?ids, "reply delivered");
                 break;
             }
-            tracing::debug!(channel = %name, chat = %message.chat_id, "rate limit: waiting {wait:?}");
-            tokio::time::sleep(wait).await;
-        }
-        let outgoing = Outgoing {
-            chat_id: message.chat_id.clone(),
-            thread: message.metadata.get("thread").and_then(Value::as_str).map(str::to_string),
-            text: message.content.clone(),
-            reply_to: message.reply_to.clone(),
-            media: Vec::new(),
-        };
-        let mut attempt = 0;
-        loop {
-            match runtime.channel_deliver(&plugin, &outgoing).await {
-                Ok(ids) => {
-                    tracing::info!(channel = %name, chat = %outgoing.chat_id, ids = ?ids, "reply delivered");
-                    break;
-                }
-                Err(PluginError::Channel { kind: ChannelFailure::Fatal, message, .. }) => {
-                    tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery refused (fatal), reply dropped: {message}");
-                    break;
-                }
-                Err(e) if attempt < DELIVER_RETRIES.len() => {
-                    tracing::warn!(channel = %name, chat = %outgoing.chat_id, "delivery failed, retrying in {:?}: {e}", DELIVER_RETRIES[attempt]);
-                    tokio::time::sleep(DELIVER_RETRIES[attempt]).await;
-                    attempt += 1;
-                }
-                Err(e) => {
-                    tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery failed {} times, reply dropped: {e}", attempt + 1);
-                    break;
-                }
+            Err(PluginError::Channel { kind: ChannelFailure::Fatal, message, .. }) => {
+                tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery refused (fatal), reply dropped: {message}");
+                break;
+            }
+            Err(e) if attempt < DELIVER_RETRIES.len() => {
+                tracing::warn!(channel = %name, chat = %outgoing.chat_id, "delivery failed, retrying in {:?}: {e}", DELIVER_RETRIES[attempt]);
+                tokio::time::sleep(DELIVER_RETRIES[attempt]).await;
+                attempt += 1;
+            }
+            Err(e) => {
+                tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery failed {} times, reply dropped: {e}", attempt + 1);
+                break;
             }
         }
     }

@@ -72,6 +72,85 @@ impl Transport {
     /// Runs `request`; a response of any status is `Ok`.
     pub async fn run(&self, request: &HttpRequest) -> Result<HttpResponse, TransportError> {
         let written = request.url.clone();
+        let failed = |e: reqwest::Error| TransportError::Failed { url: written.clone(), message: self.secrets.redact(&e.without_url().to_string()).into_owned() };
+        let mut response = self.send(request).await?;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .take(crate::plugins::channel::MAX_HEADERS)
+            .map(|(n, v)| (n.as_str().to_string(), self.secrets.redact(&String::from_utf8_lossy(v.as_bytes())).into_owned()))
+            .collect();
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(failed)? {
+            if body.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(TransportError::Failed { url: written, message: format!("response body over {MAX_BODY_BYTES} bytes") });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let body = self.secrets.redact_bytes(&body).into_owned();
+        Ok(HttpResponse { status, headers, body })
+    }
+
+    /// Runs a download `request` and streams its body into `dir` as
+    /// `<blake3 of the bytes>.<ext>`, never holding more than a chunk in
+    /// memory. Past `cap` bytes (the `content-length` is checked first,
+    /// then every chunk) it stops reading and removes the partial file, so
+    /// nothing oversized is kept. Returns the file's path and size.
+    pub async fn download(&self, request: &HttpRequest, cap: u64, dir: &std::path::Path, ext: &str) -> Result<(std::path::PathBuf, u64), DownloadError> {
+        use tokio::io::AsyncWriteExt;
+        let written = request.url.clone();
+        let mut response = self.send(request).await.map_err(DownloadError::Transport)?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(DownloadError::Status(status));
+        }
+        if response.content_length().is_some_and(|len| len > cap) {
+            return Err(DownloadError::TooLarge { cap });
+        }
+        let io = |what: &'static str, path: &std::path::Path| {
+            let path = path.to_path_buf();
+            move |source| DownloadError::Io { what, path, source }
+        };
+        tokio::fs::create_dir_all(dir).await.map_err(io("creating the media directory", dir))?;
+        // A unique name while downloading; renamed to its content hash after.
+        let partial = dir.join(format!(".partial-{}-{}", std::process::id(), PARTIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+        let outcome: Result<(blake3::Hash, u64), DownloadError> = async {
+            let mut file = tokio::fs::File::create(&partial).await.map_err(io("creating a media file", &partial))?;
+            let mut hasher = blake3::Hasher::new();
+            let mut size: u64 = 0;
+            while let Some(chunk) = response.chunk().await.map_err(|e| DownloadError::Transport(TransportError::Failed {
+                url: written.clone(),
+                message: self.secrets.redact(&e.without_url().to_string()).into_owned(),
+            }))? {
+                size += chunk.len() as u64;
+                if size > cap {
+                    return Err(DownloadError::TooLarge { cap });
+                }
+                hasher.update(&chunk);
+                file.write_all(&chunk).await.map_err(io("writing a media file", &partial))?;
+            }
+            file.sync_all().await.map_err(io("syncing a media file", &partial))?;
+            Ok((hasher.finalize(), size))
+        }
+        .await;
+        match outcome {
+            Ok((hash, size)) => {
+                let path = dir.join(format!("{}.{ext}", &hash.to_hex()[..32]));
+                tokio::fs::rename(&partial, &path).await.map_err(io("storing a media file", &path))?;
+                Ok((path, size))
+            }
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&partial).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Prepares and sends `request` (rewrite, grant, secrets); the response
+    /// head, its body still to read.
+    async fn send(&self, request: &HttpRequest) -> Result<reqwest::Response, TransportError> {
+        let written = request.url.clone();
         let bad = |message: String| TransportError::BadUrl { url: written.clone(), message };
         let original = reqwest::Url::parse(&written).map_err(|e| bad(e.to_string()))?;
         let (aud_host, aud_port) = (original.host_str().unwrap_or_default().to_string(), original.port_or_known_default().unwrap_or(443));
@@ -125,24 +204,24 @@ impl Transport {
             builder = builder.body(self.secrets.substitute_bytes(&request.body, Injection::Body, &aud_host, aud_port).into_owned());
         }
         let failed = |e: reqwest::Error| TransportError::Failed { url: written.clone(), message: self.secrets.redact(&e.without_url().to_string()).into_owned() };
-        let mut response = builder.send().await.map_err(failed)?;
-        let status = response.status().as_u16();
-        let headers = response
-            .headers()
-            .iter()
-            .take(crate::plugins::channel::MAX_HEADERS)
-            .map(|(n, v)| (n.as_str().to_string(), self.secrets.redact(&String::from_utf8_lossy(v.as_bytes())).into_owned()))
-            .collect();
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(failed)? {
-            if body.len() + chunk.len() > MAX_BODY_BYTES {
-                return Err(TransportError::Failed { url: written, message: format!("response body over {MAX_BODY_BYTES} bytes") });
-            }
-            body.extend_from_slice(&chunk);
-        }
-        let body = self.secrets.redact_bytes(&body).into_owned();
-        Ok(HttpResponse { status, headers, body })
+        builder.send().await.map_err(failed)
     }
+}
+
+/// Numbers the partial files of one process.
+static PARTIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Why a download did not produce a file.
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadError {
+    #[error(transparent)]
+    Transport(TransportError),
+    #[error("the server answered {0}")]
+    Status(u16),
+    #[error("larger than {} MB", cap / (1024 * 1024))]
+    TooLarge { cap: u64 },
+    #[error("{what} ({path}): {source}")]
+    Io { what: &'static str, path: std::path::PathBuf, source: std::io::Error },
 }
 
 /// How long a 429 asks to wait: Telegram's `parameters.retry_after` in the
@@ -156,6 +235,37 @@ pub fn retry_after(headers: &[(String, String)], body: &[u8]) -> Option<Duration
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Downloads against a local server that streams 64 KiB chunks with no
+    /// `content-length` (so only the running count can stop it).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_download_stops_at_the_cap_and_keeps_no_partial_file() {
+        use http_body_util::StreamBody;
+        use hyper::body::Frame;
+        let server = crate::testing::server::MockServer::start("Files", |request: hyper::Request<hyper::body::Incoming>| async move {
+            let chunks = if request.uri().path() == "/big" { 40 } else { 2 };
+            let frames = (0..chunks).map(|_| Ok::<_, std::convert::Infallible>(Frame::data(bytes::Bytes::from(vec![1u8; 64 * 1024]))));
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(StreamBody::new(futures::stream::iter(frames))))
+        });
+        let addr = server.addr();
+        let granted = vec![HostPattern::parse(&addr.to_string()).unwrap()];
+        let transport = Transport::new("files", granted, Secrets::default(), None, None);
+        let dir = tempfile::tempdir().unwrap();
+        let get = |path: &str| HttpRequest { method: HttpMethod::Get, url: format!("http://{addr}{path}"), headers: vec![], body: vec![], timeout_ms: 0 };
+        let cap = 1024 * 1024;
+        let refused = transport.download(&get("/big"), cap, dir.path(), "bin").await.unwrap_err();
+        assert!(matches!(refused, DownloadError::TooLarge { .. }), "{refused}");
+        assert_eq!(refused.to_string(), "larger than 1 MB");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no partial file left");
+        let (path, size) = transport.download(&get("/small"), cap, dir.path(), "bin").await.unwrap();
+        assert_eq!(size, 128 * 1024);
+        assert_eq!(std::fs::read(&path).unwrap().len(), 128 * 1024);
+        assert_eq!(path.extension().unwrap(), "bin");
+        let again = transport.download(&get("/small"), cap, dir.path(), "bin").await.unwrap();
+        assert_eq!(again.0, path, "the same bytes, the same name");
+        let denied = Transport::new("files", vec![], Secrets::default(), None, None).download(&get("/small"), cap, dir.path(), "bin").await.unwrap_err();
+        assert!(matches!(denied, DownloadError::Transport(TransportError::Denied { .. })), "{denied}");
+    }
 
     #[test]
     fn retry_after_reads_telegrams_body_then_the_header() {

@@ -103,6 +103,13 @@ impl TurnSink for Progress {
     fn tool_finished(&self, _call: &ToolCall, _ok: bool) {
         self.spinner.set_message("thinking…");
     }
+
+    /// A goal's interim answer: shown on stderr like progress (stdout gets
+    /// the final reply only).
+    fn interim_answer(&self, text: &str) {
+        self.line(&format!("  · {}", for_terminal(text).replace('\n', "\n    ")));
+        self.spinner.set_message("working on the goal…");
+    }
 }
 
 pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow::Result<std::process::ExitCode> {

@@ -29,6 +29,7 @@ pending_queue_size = 20        # messages queued for a busy session
 history_max_messages = 500
 idle_compact_after_minutes = 0 # summarise idle sessions; 0 = off
 stream = true
+goal_budget_secs = 1800        # one turn's work on an active /goal
 # temperature = 0.7
 
 # Any OpenAI-compatible endpoint: OpenAI, OpenRouter, vLLM, Ollama, ...
@@ -47,6 +48,13 @@ max_concurrent_calls = 32
 # workspace = "none" | "read" | "read-write"; network = ["host", "host:port", "*.domain"]
 [plugins.fs]
 workspace = "read-write"
+
+# Web tools (web_fetch, web_search) are off until this table exists. "*" is
+# any public host; loopback and private addresses need the address itself.
+# [plugins.web]
+# network = ["*"]
+# settings = { search_provider = "brave" }   # or "tavily", or "searxng" + searxng_url
+# secrets = { brave_api_key = "${BRAVE_API_KEY}" }
 
 # `chitin gateway`: the OpenAI-compatible API. It refuses to start without a
 # token; auth_token = "" (no authentication) is accepted on loopback only.

@@ -134,6 +134,7 @@ fn describe(p: &LoadedPlugin) -> Value {
             "chats": p.grant.chats,
         },
         "notes": p.grant_notes,
+        "secrets": p.secret_status().into_iter().map(|(name, missing)| json!({"name": name, "configured": missing.is_none()})).collect::<Vec<_>>(),
     })
 }
 
@@ -166,6 +167,15 @@ fn print_plugin(p: &LoadedPlugin) -> std::io::Result<()> {
     }
     for note in &p.grant_notes {
         outln!("  note: {}", shown(note, 1024, "note"))?;
+    }
+    for ((name, missing), secret) in p.secret_status().into_iter().zip(&m.secrets) {
+        let inject: Vec<String> = secret.inject.iter().map(|i| format!("{i:?}").to_lowercase()).collect();
+        let state = match missing {
+            None => "configured".to_string(),
+            Some(reason) => reason,
+        };
+        let line = format!("{name}: to {}, in {}; {state}", secret.audience.as_deref().unwrap_or("none"), inject.join(", "));
+        outln!("  secret:    {}", shown(&line, 1024, "secret"))?;
     }
     if let Some(channel) = &m.channel {
         let receive: Vec<String> = channel.receive.iter().map(|r| format!("{r:?}").to_lowercase()).collect();

@@ -48,6 +48,17 @@ pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
         }
     }
     let limits = &app.config.limits;
+    // Read without a gateway; a corrupt file is shown, never rewritten.
+    match chitin::cron::CronService::open(chitin::cron::CronService::jobs_file(app.data.root()), std::sync::Arc::new(chitin::compact::SystemClock)) {
+        Ok(cron) => {
+            let jobs = cron.all();
+            match jobs.iter().filter_map(|j| j.next_run).min() {
+                Some(next) => outln!("cron:       {} job(s), next run {}", jobs.len(), next.to_rfc3339())?,
+                None => outln!("cron:       no jobs")?,
+            }
+        }
+        Err(e) => outln!("cron:       OFF — {}", for_terminal(&e.to_string()))?,
+    }
     outln!("limits:     {} ms, {} MiB, {} KiB output per tool call", limits.timeout_ms, limits.memory_mb, limits.max_output_kb)?;
     outln!("plugins:")?;
     for p in app.catalog.iter() {

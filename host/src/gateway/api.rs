@@ -69,11 +69,13 @@ pub struct ApiState {
     pub(super) in_flight: Arc<InFlight>,
     /// The web chat's open event streams.
     pub(super) web: Arc<WebChat>,
+    /// The channels' webhook routes.
+    pub(super) webhooks: Arc<crate::channels::webhook::Routes>,
     session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl ApiState {
-    pub(super) fn new(agent: AgentLoop, router: Arc<OutboundRouter>, auth: GatewayAuth) -> Self {
+    pub(super) fn new(agent: AgentLoop, router: Arc<OutboundRouter>, auth: GatewayAuth, webhooks: Arc<crate::channels::webhook::Routes>) -> Self {
         let model = agent.core().settings.model.clone();
         ApiState {
             agent,
@@ -84,6 +86,7 @@ impl ApiState {
             draining: AtomicBool::new(false),
             in_flight: Arc::default(),
             web: WebChat::new(),
+            webhooks,
             session_locks: Mutex::default(),
         }
     }
@@ -177,6 +180,10 @@ async fn route(state: Arc<ApiState>, request: Request<Incoming>) -> Result<Respo
     if webchat::is_webchat_path(&path) {
         return webchat::handle(state, request).await;
     }
+    // Webhooks carry the platform's signature, not the gateway's token.
+    if path.starts_with(crate::channels::webhook::WEBHOOK_PREFIX) && state.webhooks.serves(&path) {
+        return super::webhooks::handle(state.webhooks.clone(), request).await;
+    }
     authorize(&state.auth, request.headers())?;
     let method = request.method().clone();
     match path.as_str() {
@@ -208,10 +215,16 @@ pub(super) fn authorize(auth: &GatewayAuth, headers: &HeaderMap) -> Result<(), A
 /// server that answers with unread bytes in the socket makes the kernel
 /// reset the connection, and the client loses the answer.
 pub(super) async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
-    let too_large = || ApiError::new(413, "invalid_request_error", Some("request_too_large"), format!("the request body is over the limit of {MAX_BODY_BYTES} bytes"));
-    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    let mut body = request.into_body();
-    if declared.is_some_and(|len| len > MAX_DRAIN_BYTES as u64) {
+    read_body_within(request.into_body(), MAX_BODY_BYTES).await
+}
+
+/// [`read_body`] with another cap (a webhook's is smaller); drains up to
+/// four times the cap.
+pub(super) async fn read_body_within(mut body: Incoming, cap: usize) -> Result<Bytes, ApiError> {
+    let too_large = || ApiError::new(413, "invalid_request_error", Some("request_too_large"), format!("the request body is over the limit of {cap} bytes"));
+    let declared = hyper::body::Body::size_hint(&body).exact();
+    let drain = 4 * cap;
+    if declared.is_some_and(|len| len > drain as u64) {
         return Err(too_large());
     }
     let mut kept = Vec::new();
@@ -220,14 +233,14 @@ pub(super) async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiEr
         let frame = frame.map_err(|e| ApiError::new(400, "invalid_request_error", None, format!("the request body could not be read: {e}")))?;
         let Ok(data) = frame.into_data() else { continue };
         seen += data.len();
-        if seen > MAX_DRAIN_BYTES {
+        if seen > drain {
             break;
         }
-        if seen <= MAX_BODY_BYTES {
+        if seen <= cap {
             kept.extend_from_slice(&data);
         }
     }
-    if seen > MAX_BODY_BYTES { Err(too_large()) } else { Ok(Bytes::from(kept)) }
+    if seen > cap { Err(too_large()) } else { Ok(Bytes::from(kept)) }
 }
 
 /// What a running request holds until its answer is complete.

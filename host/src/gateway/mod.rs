@@ -28,6 +28,7 @@
 pub mod api;
 pub mod router;
 pub mod webchat;
+pub mod webhooks;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -59,6 +60,9 @@ pub const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How long the loop may take to flush the sessions (one `fsync` per
 /// session written since the last flush: ~2 ms each on a plain disk).
 pub const FLUSH_GRACE: Duration = Duration::from_secs(60);
+
+/// How often due cron jobs are looked for.
+pub const CRON_TICK: Duration = Duration::from_secs(1);
 
 /// Why the gateway could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +102,8 @@ pub struct ChannelContext {
     pub outbound: mpsc::UnboundedReceiver<OutboundMessage>,
     /// Fires at shutdown, after intake stopped.
     pub shutdown: CancellationToken,
+    /// Where a channel in webhook mode registers its route.
+    pub webhooks: Arc<crate::channels::webhook::Routes>,
 }
 
 /// The channels `[channels]` enables, each over its loaded channel plugin.
@@ -123,6 +129,7 @@ pub struct Gateway {
     state: Arc<api::ApiState>,
     bus: Arc<MessageBus>,
     channels: Vec<Box<dyn Channel>>,
+    cron: Option<Arc<crate::cron::CronService>>,
 }
 
 impl Gateway {
@@ -139,11 +146,24 @@ impl Gateway {
         let mut reachable: Vec<String> = vec![api::API_CHANNEL.into(), webchat::WEB_CHANNEL.into()];
         reachable.extend(channels.iter().map(|c| c.name().to_string()));
         core.services.set_reachable(reachable);
+        // Scheduled jobs: a jobs file that does not parse keeps cron off
+        // (and untouched), not the whole gateway.
+        let cron = match crate::cron::CronService::open(crate::cron::CronService::jobs_file(app.data.root()), Arc::new(crate::compact::SystemClock)) {
+            Ok(cron) => {
+                let cron = Arc::new(cron);
+                core.services.set_cron(cron.clone());
+                Some(cron)
+            }
+            Err(e) => {
+                tracing::error!("cron is off: {e}");
+                None
+            }
+        };
         let agent = AgentLoop::new(core);
         let listener = TcpListener::bind(config.listen).await.map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
-        let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth));
-        Ok(Gateway { listener, addr, state, bus, channels })
+        let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth, crate::channels::webhook::Routes::new()));
+        Ok(Gateway { listener, addr, state, bus, channels, cron })
     }
 
     /// The bound address (the real port when `listen` asked for port 0).
@@ -164,7 +184,7 @@ impl Gateway {
     /// Serves until `shutdown` resolves, then shuts down as the module docs
     /// describe.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<ShutdownReport, GatewayError> {
-        let Gateway { listener, state, bus, channels, .. } = self;
+        let Gateway { listener, state, bus, channels, cron, .. } = self;
         let agent = state.agent.clone();
         let router_task = tokio::spawn(state.router.clone().run(bus.clone()));
         let web_task = tokio::spawn(state.web.clone().run(state.router.route_channel(webchat::WEB_CHANNEL)));
@@ -178,9 +198,11 @@ impl Gateway {
             .into_iter()
             .map(|channel| {
                 let outbound = state.router.route_channel(channel.name());
-                channel.start(ChannelContext { bus: bus.clone(), outbound, shutdown: channel_stop.clone() })
+                channel.start(ChannelContext { bus: bus.clone(), outbound, shutdown: channel_stop.clone(), webhooks: state.webhooks.clone() })
             })
             .collect();
+        // Cron stops with the channels: both are intake.
+        let cron_task = cron.map(|cron| tokio::spawn(cron.run(bus.clone(), agent.core().active.clone(), CRON_TICK, channel_stop.clone())));
         let server_stop = CancellationToken::new();
         let server = tokio::spawn(serve(listener, state.clone(), server_stop.clone()));
 
@@ -217,6 +239,9 @@ impl Gateway {
         }
         router_task.abort();
         web_task.abort();
+        if let Some(task) = cron_task {
+            let _ = task.await;
+        }
         // Whatever a late turn wrote after the loop's flush; and the error,
         // which the loop can only log.
         agent.core().sessions.sync()?;

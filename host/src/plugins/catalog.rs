@@ -27,9 +27,15 @@ pub fn builtin_default_grant(name: &str) -> Option<GrantConfig> {
         // The Bot API, nothing else; a user's `[plugins.telegram]` table
         // replaces this (e.g. to add a local Bot API server).
         "telegram" => Some(GrantConfig { network: vec!["api.telegram.org".into()], ..GrantConfig::default() }),
-        // The `message` tool: the current chat only (`chats` adds others);
-        // the `spawn` tool: subagents.
-        "agent" => Some(GrantConfig { host: vec!["messaging".into(), "agents".into()], ..GrantConfig::default() }),
+        // The `message` tool (the current chat only; `chats` adds others),
+        // `cron` (jobs of the current conversation),
+        // `create_goal`/`update_goal` (the current session's goal) and
+        // `spawn` (subagents).
+        "agent" => Some(GrantConfig { host: vec!["messaging".into(), "schedule".into(), "goals".into(), "agents".into()], ..GrantConfig::default() }),
+        // Off until the user writes a `[plugins.web]` table: the web tools
+        // reach the internet, which only the user can decide to allow (and
+        // with which hosts: `network = ["*"]` or a list).
+        "web" => Some(GrantConfig { enabled: false, ..GrantConfig::default() }),
         _ => None,
     }
 }
@@ -89,7 +95,7 @@ impl PluginCatalog {
         let mut catalog = PluginCatalog::default();
         let grant_for = |name: &str| grant_for(grants, name);
         for (name, bytes) in BUILTIN_PLUGINS {
-            if grants.get(*name).is_some_and(|g| !g.enabled) {
+            if !grant_for(name).enabled {
                 continue;
             }
             let plugin = runtime.load(PluginSource::Builtin, Arc::from(*bytes), &grant_for(name))?;

@@ -130,6 +130,7 @@ impl PluginRuntime {
         &self,
         plugin: &LoadedPlugin,
         chat_id: &str,
+        thread: Option<&str>,
         handle: Option<&str>,
         text_so_far: &str,
         done: bool,
@@ -138,11 +139,25 @@ impl PluginRuntime {
         let handle = self
             .channel_call(plugin, &call, async |store, pre| {
                 let instance = pre.instantiate_async(&mut *store).await?;
-                instance.chitin_plugin_channel().call_stream_update(&mut *store, chat_id, handle, text_so_far, done).await
+                instance.chitin_plugin_channel().call_stream_update(&mut *store, chat_id, thread, handle, text_so_far, done).await
             })
             .await?;
         short("handle", &handle).map_err(|bound| bound.into_error(plugin, call))?;
         Ok(handle)
+    }
+
+    /// The request that downloads `media` (run by the host, not the
+    /// component), checked like any request a component returns.
+    pub async fn channel_media_request(&self, plugin: &LoadedPlugin, media: &MediaRef) -> Result<HttpRequest, PluginError> {
+        let call = Call::Channel("media-request");
+        let request = self
+            .channel_call(plugin, &call, async |store, pre| {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                instance.chitin_plugin_channel().call_media_request(&mut *store, media).await
+            })
+            .await?;
+        check_request(&request, "request").map_err(|bound| bound.into_error(plugin, call))?;
+        Ok(request)
     }
 
     /// Sets the typing indicator of `chat_id`.

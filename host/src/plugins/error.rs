@@ -19,6 +19,10 @@ pub enum PluginError {
     /// The file is not a component, or its manifest is missing or invalid.
     #[error("plugin {plugin}: {source}")]
     Manifest { plugin: String, source: super::manifest::ManifestError },
+    /// The plugin's `[plugins.<name>]` table is wrong for it (a secret it
+    /// does not declare, a bad `api_base`, `${VAR}` in a setting).
+    #[error("plugin {plugin}: {message}")]
+    Config { plugin: String, message: String },
     /// Two plugins define the same plugin or tool name.
     #[error("{0}")]
     Conflict(String),

@@ -6,6 +6,7 @@
 //! than the user granted. Grants come only from the user's config; nothing a
 //! plugin or the model says can widen them.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::manifest::{Capabilities, WorkspaceAccess};
@@ -31,6 +32,38 @@ pub struct GrantConfig {
     /// Set to `false` to keep the plugin from loading at all.
     #[serde(default = "default_true")]
     pub enabled: bool,
+    /// Values of the secrets a tool plugin declares (`[plugins.<name>.secrets]`,
+    /// `NAME = "${ENV_VAR}"`); see [`super::configured`].
+    #[serde(default, skip_serializing_if = "SecretValues::is_empty")]
+    pub secrets: SecretValues,
+    /// Settings the component reads (`[plugins.<name>.settings]`), handed to
+    /// it as JSON in the `CHITIN_PLUGIN_SETTINGS` environment variable; never
+    /// a secret (the component sees them), so `${VAR}` is refused there.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, serde_json::Value>,
+    /// A platform host (a declared secret's audience) served elsewhere:
+    /// `api_base = { "api.search.brave.com" = "http://127.0.0.1:8080" }`
+    /// (a test server, a proxy). At most one entry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub api_base: BTreeMap<String, String>,
+}
+
+/// Secret values as written in the config; `Debug` shows only the names.
+#[derive(Clone, Default, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(transparent)]
+pub struct SecretValues(pub BTreeMap<String, String>);
+
+impl SecretValues {
+    /// True when no secret is configured.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for SecretValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
 }
 
 fn default_true() -> bool {
@@ -40,7 +73,16 @@ fn default_true() -> bool {
 impl Default for GrantConfig {
     /// Nothing granted; the plugin loads.
     fn default() -> Self {
-        GrantConfig { workspace: WorkspaceAccess::None, network: Vec::new(), host: Vec::new(), chats: Vec::new(), enabled: true }
+        GrantConfig {
+            workspace: WorkspaceAccess::None,
+            network: Vec::new(),
+            host: Vec::new(),
+            chats: Vec::new(),
+            enabled: true,
+            secrets: SecretValues::default(),
+            settings: BTreeMap::new(),
+            api_base: BTreeMap::new(),
+        }
     }
 }
 
@@ -100,11 +142,13 @@ impl Grant {
 
     /// Finds the granted pattern that admits `host:port`, if any.
     pub fn admits(&self, host: &str, port: u16) -> Option<&HostPattern> {
-        self.network.iter().find(|p| p.matches(host, port))
+        best_match(&self.network, host, port)
     }
 }
 
-/// A granted destination: `example.com`, `*.example.com`, `10.0.0.5:8080`, `[::1]:80`.
+/// A granted destination: `example.com`, `*.example.com`, `10.0.0.5:8080`,
+/// `[::1]:80`, or `*` (any host, e.g. for `web_fetch`; private and loopback
+/// addresses still need a grant that names the address).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPattern {
     /// Lower-case host name or IP literal; a leading `*.` matches any subdomain.
@@ -122,7 +166,8 @@ impl HostPattern {
         }
         let (host, port) = split_host_port(text).ok_or_else(|| format!("`{text}` has an invalid port"))?;
         let bare = host.strip_prefix("*.").unwrap_or(&host);
-        let valid = !bare.is_empty()
+        let valid = host == ANY
+            || !bare.is_empty()
             && (bare.parse::<IpAddr>().is_ok()
                 || bare.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'));
         if !valid {
@@ -139,6 +184,9 @@ impl HostPattern {
     /// True when this pattern names `host` (on some port).
     pub fn matches_host(&self, host: &str) -> bool {
         let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        if self.host == ANY {
+            return !host.is_empty();
+        }
         match self.host.strip_prefix("*.") {
             Some(suffix) => host.strip_suffix(suffix).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
             None => host == self.host,
@@ -155,8 +203,10 @@ impl HostPattern {
         let under = |wide: &HostPattern, narrow: &HostPattern| {
             wide.host.starts_with("*.") && wide.matches_host(narrow.host.trim_start_matches("*."))
         };
-        let host = if self.host == other.host || under(other, self) {
+        let host = if self.host == other.host || under(other, self) || other.host == ANY {
             self.host.clone()
+        } else if self.host == ANY {
+            other.host.clone()
         } else if under(self, other) {
             other.host.clone()
         } else {
@@ -185,6 +235,19 @@ impl std::fmt::Display for HostPattern {
         }
     }
 }
+
+/// The pattern of `granted` that admits `host:port`, preferring one that
+/// names the address: with `*` and `127.0.0.1:8080` both granted, a request
+/// to `127.0.0.1:8080` is admitted by the second, which allows a private
+/// address, whatever the order of the config list.
+pub fn best_match<'a>(granted: &'a [HostPattern], host: &str, port: u16) -> Option<&'a HostPattern> {
+    let mut matching = granted.iter().filter(|p| p.matches(host, port));
+    let first = matching.next()?;
+    Some(std::iter::once(first).chain(matching).find(|p| p.names_address()).unwrap_or(first))
+}
+
+/// The pattern that admits any host.
+const ANY: &str = "*";
 
 /// Splits `host`, `host:port`, `[v6]`, `[v6]:port` or a bare IPv6 literal.
 fn split_host_port(text: &str) -> Option<(String, Option<u16>)> {
@@ -269,6 +332,25 @@ mod tests {
         assert_eq!(show(p("*.a.example.com").intersect(&p("*.example.com"))).as_deref(), Some("*.a.example.com"));
         assert_eq!(show(p("example.com").intersect(&p("*.example.com"))), None);
         assert_eq!(show(p("x.com:80").intersect(&p("x.com:81"))), None);
+    }
+
+    #[test]
+    fn any_host() {
+        let p = |s: &str| HostPattern::parse(s).unwrap();
+        let show = |x: Option<HostPattern>| x.map(|h| h.to_string());
+        assert!(p("*").matches("example.com", 443));
+        assert!(p("*").matches("127.0.0.1", 80));
+        assert!(!p("*").names_address(), "`*` never admits a private address by itself");
+        assert!(p("*:443").matches("x.org", 443) && !p("*:443").matches("x.org", 80));
+        assert_eq!(show(p("*").intersect(&p("api.example.com"))).as_deref(), Some("api.example.com"));
+        assert_eq!(show(p("127.0.0.1:8080").intersect(&p("*"))).as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(show(p("*").intersect(&p("*"))).as_deref(), Some("*"));
+        assert!(HostPattern::parse("**").is_err() && HostPattern::parse("*.").is_err());
+        let config = GrantConfig { network: vec!["*".into(), "127.0.0.1:9".into()], ..Default::default() };
+        let (grant, notes) = Grant::resolve("web", &caps(WorkspaceAccess::None, &["*"]), &config);
+        assert!(notes.is_empty(), "{notes:?}");
+        assert!(grant.admits("anything.example", 443).is_some());
+        assert!(grant.admits("127.0.0.1", 9).is_some_and(HostPattern::names_address));
     }
 
     #[test]

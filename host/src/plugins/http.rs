@@ -29,7 +29,7 @@ use std::sync::Arc;
 use http::uri::{Authority, Scheme, Uri};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
-use super::grants::{HostPattern, is_private};
+use super::grants::{HostPattern, best_match, is_private};
 use super::manifest::channel::Injection;
 use super::secrets::Secrets;
 
@@ -95,6 +95,27 @@ fn substitute_secrets(outbound: &Outbound, request: &mut http::Request<WasiBody>
         *request.uri_mut() = target.parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
     }
     Ok(substituted)
+}
+
+/// Refuses a request that carries, where its secret would be filled in,
+/// the placeholder of a declared secret without a value: the error names
+/// the config key to set, and the request is never sent with a bare
+/// placeholder where the key belongs. Checked before the grant (it needs no
+/// name lookup), so the user learns what to configure first.
+fn refuse_missing_secret(plugin: &str, outbound: &Outbound, request: &http::Request<WasiBody>) -> Result<(), HttpError> {
+    let uri = request.uri().to_string();
+    let host = request.uri().host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+    let port = request.uri().port_u16().unwrap_or(if request.uri().scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 });
+    let missing = std::iter::once((uri.as_str(), Injection::Url))
+        .chain(request.headers().values().filter_map(|v| v.to_str().ok()).map(|v| (v, Injection::Header)))
+        .find_map(|(text, place)| outbound.secrets.unavailable_in(text, place, host, port));
+    match missing {
+        Some(reason) => {
+            tracing::warn!(plugin, %host, "outgoing HTTP refused: {reason}");
+            Err(HttpError::InternalError(Some(reason.to_string())))
+        }
+        None => Ok(()),
+    }
 }
 
 impl Outbound {
@@ -177,6 +198,9 @@ impl WasiHttpHooks for HttpPolicy {
             // a denial's log line carries no secret), then filled in. A
             // platform request the rewrite redirects is admitted by name: the
             // base it goes to is the user's own config.
+            if let Some(outbound) = &outbound {
+                refuse_missing_secret(&plugin, outbound, &request)?;
+            }
             let redirected = outbound.as_ref().is_some_and(|o| o.redirects(request.uri()));
             let pinned = if redirected {
                 if !granted_name(&granted, request.uri()) {
@@ -235,7 +259,7 @@ pub(crate) async fn admit(plugin: &str, granted: &[HostPattern], uri: &Uri) -> R
     let tls = uri.scheme() == Some(&Scheme::HTTPS);
     let host = authority.host().trim_start_matches('[').trim_end_matches(']');
     let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
-    let Some(pattern) = granted.iter().find(|p| p.matches(host, port)) else {
+    let Some(pattern) = best_match(granted, host, port) else {
         // Only another port of this host granted: name the port, not the host.
         let allow = if granted.iter().any(|p| p.matches_host(host)) { format!("{host}:{port}") } else { host.to_string() };
         return Err(deny(format!("`{host}:{port}` is not granted; add \"{allow}\" to `network` under [plugins.{plugin}] to allow it")));

@@ -46,6 +46,12 @@ pub struct Manifest {
     /// What the plugin asks to be granted.
     #[serde(default)]
     pub capabilities: Capabilities,
+    /// A tool plugin's secrets, referred to as `{{secret:NAME}}` in its
+    /// `wasi:http` requests and filled in by the host for the audience only
+    /// (values from `[plugins.<name>.secrets]`). A channel declares its own
+    /// in `channel.secrets`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<channel::SecretSpec>,
     /// A channel plugin's receive modes, secrets, webhook and limits; absent
     /// for a tool plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -261,6 +267,26 @@ impl Manifest {
         }
         if let Some(channel) = &self.channel {
             channel.validate(&self.capabilities)?;
+        }
+        if !self.secrets.is_empty() && self.channel.is_some() {
+            return Err(ManifestError::new("secrets", "a channel plugin declares its secrets in channel.secrets"));
+        }
+        channel::validate_secrets("secrets", &self.secrets, &self.capabilities, Some("`frame` is a channel's socket frame; a tool plugin has none"))?;
+        for (i, secret) in self.secrets.iter().enumerate() {
+            // A tool plugin has no webhook to verify: a secret is only ever
+            // injected into its requests.
+            if let Some(j) = secret.inject.iter().position(|p| *p == channel::Injection::Body) {
+                return Err(ManifestError::new(
+                    format!("secrets[{i}].inject[{j}]"),
+                    "a tool plugin's secret goes in a `header` or the `url`; `wasi:http` request bodies are streamed and not substituted",
+                ));
+            }
+            if secret.inject.is_empty() {
+                return Err(ManifestError::new(
+                    format!("secrets[{i}]"),
+                    format!("secret `{}` is not injected anywhere (give its `audience` and `inject`)", secret.name),
+                ));
+            }
         }
         Ok(())
     }

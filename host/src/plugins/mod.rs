@@ -4,6 +4,8 @@
 //! This module is the only one that knows wasmtime. Read it in this order:
 //! - [`manifest`]: what a component declares (read without running it);
 //! - [`grants`]: what the user's config lets it have;
+//! - [`configured`]: a tool plugin's secrets, `api_base` and settings from
+//!   its `[plugins.<name>]` table;
 //! - [`limits`]: per-call resource caps;
 //! - [`engine`] and [`cache`]: the shared engine and compiled-component cache;
 //! - [`sandbox`] and [`http`]: the per-call store, WASI context and HTTP policy;
@@ -22,6 +24,7 @@ pub mod channel;
 pub mod cache;
 pub mod catalog;
 pub mod compile;
+pub mod configured;
 pub mod engine;
 mod error;
 pub mod grants;
@@ -42,4 +45,4 @@ pub use limits::Limits;
 pub use manifest::{Manifest, ToolSpec, WorkspaceAccess};
 pub use runtime::{CallContext, LoadedPlugin, PluginRuntime, PluginSource, RuntimeConfig};
 pub use sandbox::ProgressSink;
-pub use services::{Delivery, HostInterface, HostServices, SendRequest};
+pub use services::{Delivery, GoalAction, GoalStatus, GoalUpdate, GoalView, HostInterface, HostServices, JobRequest, JobView, SendRequest, When};

@@ -75,6 +75,8 @@ pub struct LoadedPlugin {
     bytes: Arc<[u8]>,
     prepared: tokio::sync::OnceCell<Result<Prepared, Arc<PluginError>>>,
     outbound: std::sync::OnceLock<Arc<super::http::Outbound>>,
+    /// `[plugins.<name>.settings]` as JSON, for the component's environment.
+    settings: Option<Arc<str>>,
 }
 
 /// A component linked for its world: what every call instantiates from.
@@ -87,9 +89,21 @@ pub(super) enum Prepared {
 impl LoadedPlugin {
     /// Gives the plugin's own `wasi:http` requests `outbound` (secrets and
     /// the origin rewrite of the channel it serves); set once, by the channel
-    /// manager when it starts the channel. Returns false if already set.
+    /// manager when it starts the channel (a tool plugin's comes from its
+    /// `[plugins.<name>]` table at load). Returns false if already set.
     pub fn set_outbound(&self, outbound: super::http::Outbound) -> bool {
         self.outbound.set(Arc::new(outbound)).is_ok()
+    }
+
+    /// For each secret of a tool plugin's manifest: its name, and why it
+    /// has no value (`None` when the config gives one).
+    pub fn secret_status(&self) -> Vec<(&str, Option<String>)> {
+        let secrets = self.outbound.get().map(|o| &o.secrets);
+        self.manifest
+            .secrets
+            .iter()
+            .map(|s| (s.name.as_str(), secrets.map_or(Some("not configured".to_string()), |x| x.unavailable_reason(&s.name).map(str::to_string))))
+            .collect()
     }
 
     /// The plugin's name.
@@ -177,7 +191,7 @@ impl PluginRuntime {
     /// Reads and validates a plugin without compiling it.
     pub fn load(&self, source: PluginSource, bytes: Arc<[u8]>, grants: &GrantConfig) -> Result<LoadedPlugin, PluginError> {
         let (manifest, world) = read_manifest(&source, &bytes)?;
-        Ok(Self::loaded(source, bytes, manifest, world, grants))
+        Self::loaded(source, bytes, manifest, world, grants)
     }
 
     /// Reads a plugin file and loads it with the grant `grants` gives its name.
@@ -186,12 +200,20 @@ impl PluginRuntime {
         let source = PluginSource::File(path.to_path_buf());
         let (manifest, world) = read_manifest(&source, &bytes)?;
         let grant = grants(&manifest.name);
-        Ok(Self::loaded(source, bytes, manifest, world, &grant))
+        Self::loaded(source, bytes, manifest, world, &grant)
     }
 
-    fn loaded(source: PluginSource, bytes: Arc<[u8]>, manifest: Manifest, world: World, grants: &GrantConfig) -> LoadedPlugin {
+    /// A plugin of `manifest` under its `[plugins.<name>]` table `grants`;
+    /// fails when that table's secrets, `api_base` or settings do not fit
+    /// the plugin (see [`super::configured`]).
+    fn loaded(source: PluginSource, bytes: Arc<[u8]>, manifest: Manifest, world: World, grants: &GrantConfig) -> Result<LoadedPlugin, PluginError> {
         let (grant, grant_notes) = Grant::resolve(&manifest.name, &manifest.capabilities, grants);
-        LoadedPlugin {
+        let outbound = std::sync::OnceLock::new();
+        if let Some(tool_outbound) = super::configured::outbound(&manifest, grants)? {
+            let _ = outbound.set(Arc::new(tool_outbound));
+        }
+        let settings = super::configured::settings_json(&manifest.name, grants)?.map(Arc::from);
+        Ok(LoadedPlugin {
             name: manifest.name.as_str().into(),
             hash: content_hash(&bytes),
             manifest,
@@ -201,8 +223,9 @@ impl PluginRuntime {
             world,
             bytes,
             prepared: tokio::sync::OnceCell::new(),
-            outbound: std::sync::OnceLock::new(),
-        }
+            outbound,
+            settings,
+        })
     }
 
     /// Compiles (or loads from cache) and links `plugin`, once. Calls do this
@@ -247,7 +270,22 @@ impl PluginRuntime {
     /// A fresh store for one call to `plugin`: its sandbox, the memory and
     /// table limiter, and the epoch deadline of `[limits] timeout_ms`.
     pub(super) fn new_store(&self, plugin: &LoadedPlugin, progress: Option<ProgressSink>, read_only: bool) -> Result<Store<StoreState>, PluginError> {
-        let mut state = StoreState::new(&plugin.name, &plugin.grant, &self.workspace, &self.limits, progress, read_only, plugin.outbound.get().cloned())?;
+        self.new_store_in(plugin, progress, read_only, None)
+    }
+
+    /// [`PluginRuntime::new_store`] preopening `workspace` (default: the runtime's).
+    pub(super) fn new_store_in(&self, plugin: &LoadedPlugin, progress: Option<ProgressSink>, read_only: bool, workspace: Option<&Path>) -> Result<Store<StoreState>, PluginError> {
+        let workspace = workspace.unwrap_or(&self.workspace);
+        let mut state = StoreState::new(
+            &plugin.name,
+            &plugin.grant,
+            workspace,
+            &self.limits,
+            progress,
+            read_only,
+            plugin.outbound.get().cloned(),
+            plugin.settings.as_deref(),
+        )?;
         state.privileged = sandbox::Privileged {
             asked: plugin.manifest.capabilities.host.iter().filter_map(|n| super::services::HostInterface::parse(n).ok()).collect(),
             granted: plugin.grant.host.clone(),

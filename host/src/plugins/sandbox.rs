@@ -1,6 +1,7 @@
 //! The per-call sandbox: everything that lives in one call's `Store`.
 //!
-//! Deny by default: the WASI context starts empty (no env, no args, no stdin,
+//! Deny by default: the WASI context starts empty (no env but the plugin's
+//! own `[plugins.<name>.settings]`, no args, no stdin,
 //! no preopens, sockets denied for every address, no name lookup), and only
 //! the call's [`Grant`] adds to it. Each capability reaches its own field
 //! through a small view (`WasiView`, `WasiHttpView`, the `host` interface), so
@@ -39,7 +40,7 @@ use super::grants::Grant;
 use super::http::HttpPolicy;
 use super::limits::{CallLimiter, Limits};
 use super::manifest::WorkspaceAccess;
-use super::services::{self, HostInterface, HostServices, SendRequest, SpawnRequest, SubagentInfo, SubagentState};
+use super::services::{self, GoalAction, GoalStatus, GoalUpdate, GoalView, HostInterface, HostServices, SendRequest, SpawnRequest, SubagentInfo, SubagentState};
 use super::tool::CallContext;
 
 /// Receives the progress texts a plugin reports during a call.
@@ -185,7 +186,10 @@ impl Budget {
 impl StoreState {
     /// Builds the sandbox of one call to `plugin` under `grant`. `read_only`
     /// is the called tool's declaration: such a call gets the workspace
-    /// read-only whatever the grant, so the flag cannot lie.
+    /// read-only whatever the grant, so the flag cannot lie. `settings`
+    /// (the plugin's `[plugins.<name>.settings]` as JSON) is the one
+    /// environment variable a component gets, [`super::configured::SETTINGS_VAR`].
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         plugin: &Arc<str>,
         grant: &Grant,
@@ -194,10 +198,14 @@ impl StoreState {
         progress: Option<ProgressSink>,
         read_only: bool,
         outbound: Option<Arc<super::http::Outbound>>,
+        settings: Option<&str>,
     ) -> Result<StoreState, PluginError> {
         let stderr = CapturedOutput::new(STDERR_CAPTURE);
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(stderr.clone()).allow_ip_name_lookup(false).allow_tcp(false).allow_udp(false);
+        if let Some(settings) = settings {
+            wasi.env(super::configured::SETTINGS_VAR, settings);
+        }
         let perms = match grant.workspace {
             WorkspaceAccess::None => None,
             WorkspaceAccess::Read => Some(FsPerms::ReadOnly),
@@ -393,6 +401,76 @@ fn wit_subagent(info: SubagentInfo) -> v0_2::agents::Subagent {
     }
 }
 
+impl v0_2::schedule::Host for StoreState {
+    fn add_job(&mut self, job: v0_2::schedule::JobSpec) -> Result<v0_2::schedule::Job, String> {
+        use v0_2::schedule::When as W;
+        let (services, call) = self.privileged_call(HostInterface::Schedule)?;
+        let when = match job.when {
+            W::EverySeconds(secs) => services::When::EverySeconds(secs),
+            W::Cron(c) => services::When::Cron { expr: c.expr, tz: c.tz },
+            W::At(a) => services::When::At { time: a.time, tz: a.tz },
+        };
+        services.add_job(call, services::JobRequest { name: job.name, message: job.message, when }).map(wit_job)
+    }
+
+    fn list_jobs(&mut self) -> Result<Vec<v0_2::schedule::Job>, String> {
+        let (services, call) = self.privileged_call(HostInterface::Schedule)?;
+        Ok(services.list_jobs(call)?.into_iter().map(wit_job).collect())
+    }
+
+    fn remove_job(&mut self, id: String) -> Result<v0_2::schedule::Job, String> {
+        let (services, call) = self.privileged_call(HostInterface::Schedule)?;
+        services.remove_job(call, &id).map(wit_job)
+    }
+}
+
+fn wit_job(job: services::JobView) -> v0_2::schedule::Job {
+    v0_2::schedule::Job { id: job.id, name: job.name, message: job.message, schedule: job.schedule, next_run: job.next_run }
+}
+
+impl v0_2::goals::Host for StoreState {
+    fn create(&mut self, objective: String, ui_summary: Option<String>) -> Result<v0_2::goals::Goal, String> {
+        let (services, call) = self.privileged_call(HostInterface::Goals)?;
+        services.create_goal(call, objective, ui_summary).map(wit_goal)
+    }
+
+    fn update(
+        &mut self,
+        action: v0_2::goals::GoalAction,
+        recap: Option<String>,
+        objective: Option<String>,
+        ui_summary: Option<String>,
+    ) -> Result<v0_2::goals::Goal, String> {
+        let (services, call) = self.privileged_call(HostInterface::Goals)?;
+        use v0_2::goals::GoalAction as W;
+        let action = match action {
+            W::Complete => GoalAction::Complete,
+            W::Cancel => GoalAction::Cancel,
+            W::Block => GoalAction::Block,
+            W::Replace => GoalAction::Replace,
+        };
+        services.update_goal(call, GoalUpdate { action, recap, objective, ui_summary }).map(wit_goal)
+    }
+}
+
+fn wit_goal(goal: GoalView) -> v0_2::goals::Goal {
+    use v0_2::goals::GoalStatus as W;
+    let status = match goal.status {
+        GoalStatus::Active => W::Active,
+        GoalStatus::Complete => W::Complete,
+        GoalStatus::Cancelled => W::Cancelled,
+        GoalStatus::Blocked => W::Blocked,
+    };
+    v0_2::goals::Goal {
+        objective: goal.objective,
+        ui_summary: goal.ui_summary,
+        status,
+        recap: goal.recap,
+        created_at: goal.created_at,
+        updated_at: goal.updated_at,
+    }
+}
+
 /// Adds every interface a plugin may import to `linker`: WASI p2 (with the
 /// deny-by-default context above), `wasi:http` (policy in [`HttpPolicy`]),
 /// and `chitin:plugin/host` of 0.1.0 and 0.2.0 side by side (a 0.x minor is
@@ -408,6 +486,8 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     // Privileged interfaces: linked for all, each call checks the grant.
     v0_2::messaging::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
     v0_2::agents::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
+    v0_2::schedule::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
+    v0_2::goals::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
     guard_open_at(linker)
 }
 

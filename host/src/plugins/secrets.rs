@@ -43,10 +43,22 @@ struct Secret {
     inject: Vec<Injection>,
 }
 
+/// A declared secret the user gave no usable value: a request that would
+/// carry it to its audience is refused with `reason` rather than sent with
+/// the bare placeholder where a key belongs.
+#[derive(Clone)]
+struct Unavailable {
+    placeholder: String,
+    audience: Option<HostPattern>,
+    inject: Vec<Injection>,
+    reason: String,
+}
+
 /// The secrets of one plugin, ready to substitute and redact.
 #[derive(Clone, Default)]
 pub struct Secrets {
     secrets: Vec<Secret>,
+    unavailable: Vec<Unavailable>,
 }
 
 /// Values are never printed, not even in a debug dump.
@@ -78,12 +90,40 @@ impl Secrets {
         }
         // Longest values first, so a value containing another is redacted whole.
         secrets.sort_by_key(|s| std::cmp::Reverse(s.value.len()));
-        Ok(Secrets { secrets })
+        Ok(Secrets { secrets, unavailable: Vec::new() })
     }
 
-    /// True when there is nothing to substitute or redact.
+    /// Records that the declared `spec` has no value, and why (`reason`
+    /// names the config key to set); see [`Secrets::unavailable_in`].
+    pub fn mark_unavailable(&mut self, spec: &SecretSpec, reason: String) -> Result<(), SecretError> {
+        let audience = spec
+            .audience
+            .as_deref()
+            .map(|a| HostPattern::parse(a).map_err(|reason| SecretError::BadAudience { name: spec.name.clone(), audience: a.to_string(), reason }))
+            .transpose()?;
+        self.unavailable.push(Unavailable { placeholder: placeholder(&spec.name), audience, inject: spec.inject.clone(), reason });
+        Ok(())
+    }
+
+    /// Why the secret `name` has no value, if it was marked unavailable.
+    pub fn unavailable_reason(&self, name: &str) -> Option<&str> {
+        let placeholder = placeholder(name);
+        self.unavailable.iter().find(|u| u.placeholder == placeholder).map(|u| u.reason.as_str())
+    }
+
+    /// Why `text` (a part `place` of a request to `host:port`) cannot be
+    /// sent: it carries the placeholder of a secret that has no value, where
+    /// that secret would be filled in. `None` when nothing is missing.
+    pub fn unavailable_in(&self, text: &str, place: Injection, host: &str, port: u16) -> Option<&str> {
+        self.unavailable
+            .iter()
+            .find(|u| u.inject.contains(&place) && u.audience.as_ref().is_some_and(|a| a.matches(host, port)) && text.contains(&u.placeholder))
+            .map(|u| u.reason.as_str())
+    }
+
+    /// True when there is nothing to substitute, redact or refuse.
     pub fn is_empty(&self) -> bool {
-        self.secrets.is_empty()
+        self.secrets.is_empty() && self.unavailable.is_empty()
     }
 
     /// `text` (a part `place` of a request to `host:port`) with the
@@ -204,6 +244,18 @@ mod tests {
         assert!(!contains(&secrets.redact_bytes(echoed.as_bytes()), TOKEN.as_bytes()));
         assert!(!format!("{secrets:?}").contains(TOKEN));
         assert!(matches!(secrets.redact("nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn an_unavailable_secret_is_named_where_it_would_go() {
+        let spec = SecretSpec { name: "brave_api_key".into(), audience: Some("api.search.brave.com".into()), inject: vec![Injection::Header] };
+        let mut secrets = Secrets::new(std::slice::from_ref(&spec), |_| None).unwrap();
+        secrets.mark_unavailable(&spec, "set it".into()).unwrap();
+        assert_eq!(secrets.unavailable_in("{{secret:brave_api_key}}", Injection::Header, "api.search.brave.com", 443), Some("set it"));
+        // Elsewhere, or in a place it is not injected, it goes as written.
+        assert_eq!(secrets.unavailable_in("{{secret:brave_api_key}}", Injection::Header, "evil.example", 443), None);
+        assert_eq!(secrets.unavailable_in("{{secret:brave_api_key}}", Injection::Url, "api.search.brave.com", 443), None);
+        assert_eq!(secrets.unavailable_in("no placeholder", Injection::Header, "api.search.brave.com", 443), None);
     }
 
     #[test]

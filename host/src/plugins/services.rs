@@ -24,18 +24,25 @@ use super::tool::CallContext;
 pub enum HostInterface {
     /// `chitin:plugin/messaging`: send text and files to chats.
     Messaging,
+    /// `chitin:plugin/schedule`: add, list and remove the conversation's
+    /// scheduled jobs.
+    Schedule,
+    /// `chitin:plugin/goals`: create and update the session's sustained goal.
+    Goals,
     /// `chitin:plugin/agents`: spawn subagents, list the running ones.
     Agents,
 }
 
 impl HostInterface {
     /// Every interface this host implements.
-    pub const ALL: [HostInterface; 2] = [HostInterface::Messaging, HostInterface::Agents];
+    pub const ALL: [HostInterface; 4] = [HostInterface::Messaging, HostInterface::Schedule, HostInterface::Goals, HostInterface::Agents];
 
     /// The name used in manifests and config.
     pub fn name(self) -> &'static str {
         match self {
             HostInterface::Messaging => "messaging",
+            HostInterface::Schedule => "schedule",
+            HostInterface::Goals => "goals",
             HostInterface::Agents => "agents",
         }
     }
@@ -44,6 +51,8 @@ impl HostInterface {
     pub fn describe(self) -> &'static str {
         match self {
             HostInterface::Messaging => "send messages and workspace files to the current chat (and to chats listed in `chats`)",
+            HostInterface::Schedule => "schedule messages to the current conversation (cron jobs that run the agent later)",
+            HostInterface::Goals => "set and update the current session's sustained goal (the agent keeps working while it is active)",
             HostInterface::Agents => "start subagents (separate agent runs with the tools `[agent.subagents]` allows) and list the running ones",
         }
     }
@@ -97,6 +106,88 @@ pub struct Delivery {
     pub attachments: Vec<PathBuf>,
 }
 
+/// When a scheduled job fires, as the plugin asked (unchecked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum When {
+    EverySeconds(u32),
+    Cron { expr: String, tz: Option<String> },
+    At { time: String, tz: Option<String> },
+}
+
+/// A job a plugin asks to add (`schedule.add`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRequest {
+    pub name: String,
+    pub message: String,
+    pub when: When,
+}
+
+/// A scheduled job as a plugin sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobView {
+    pub id: String,
+    pub name: String,
+    pub message: String,
+    /// In words.
+    pub schedule: String,
+    /// RFC 3339.
+    pub next_run: Option<String>,
+}
+
+/// Where a sustained goal stands (`goals.goal-status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GoalStatus {
+    Active,
+    Complete,
+    Cancelled,
+    Blocked,
+}
+
+impl GoalStatus {
+    /// The name shown to users and the model.
+    pub fn name(self) -> &'static str {
+        match self {
+            GoalStatus::Active => "active",
+            GoalStatus::Complete => "complete",
+            GoalStatus::Cancelled => "cancelled",
+            GoalStatus::Blocked => "blocked",
+        }
+    }
+}
+
+/// What `goals.update` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoalAction {
+    Complete,
+    Cancel,
+    Block,
+    Replace,
+}
+
+/// A `goals.update` request, unchecked (the plugin's, so the model's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoalUpdate {
+    pub action: GoalAction,
+    pub recap: Option<String>,
+    /// Required for [`GoalAction::Replace`].
+    pub objective: Option<String>,
+    pub ui_summary: Option<String>,
+}
+
+/// A session's goal as a plugin sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoalView {
+    pub objective: String,
+    pub ui_summary: Option<String>,
+    pub status: GoalStatus,
+    pub recap: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+}
+
 /// A subagent a plugin asks for (`agents.spawn`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpawnRequest {
@@ -133,6 +224,9 @@ pub struct SubagentInfo {
 pub type SpawnFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<SubagentInfo, String>> + Send>>;
 
 /// What the agent does for the privileged interfaces. Errors are text for
+/// the model: they say what was refused and what to change. Every method
+/// but `send_message` has a default that refuses, so an implementor serves
+/// only the interfaces it knows.
 /// the model: they say what was refused and what to change.
 ///
 /// Methods other than `send_message` have a default that refuses, so an
@@ -141,6 +235,31 @@ pub trait HostServices: Send + Sync {
     /// `messaging.send` from a plugin call in conversation `call`. `chats`
     /// is the plugin's grant of other chats (`channel:chat` or `channel:*`).
     fn send_message(&self, call: &CallContext, chats: &[String], request: SendRequest) -> Result<Delivery, String>;
+
+    /// `schedule.add` for conversation `call`.
+    fn add_job(&self, _call: &CallContext, _job: JobRequest) -> Result<JobView, String> {
+        Err(format!("schedule: {NO_SERVICES}"))
+    }
+
+    /// `schedule.list`: the jobs of conversation `call`.
+    fn list_jobs(&self, _call: &CallContext) -> Result<Vec<JobView>, String> {
+        Err(format!("schedule: {NO_SERVICES}"))
+    }
+
+    /// `schedule.remove`: job `id` of conversation `call`.
+    fn remove_job(&self, _call: &CallContext, _id: &str) -> Result<JobView, String> {
+        Err(format!("schedule: {NO_SERVICES}"))
+    }
+
+    /// `goals.create` for the session of `call`.
+    fn create_goal(&self, _call: &CallContext, _objective: String, _ui_summary: Option<String>) -> Result<GoalView, String> {
+        Err(format!("{}: {NO_SERVICES}", HostInterface::Goals))
+    }
+
+    /// `goals.update` for the session of `call`.
+    fn update_goal(&self, _call: &CallContext, _update: GoalUpdate) -> Result<GoalView, String> {
+        Err(format!("{}: {NO_SERVICES}", HostInterface::Goals))
+    }
 
     /// `agents.spawn` from a plugin call in conversation `call`.
     fn spawn_subagent(&self, call: &CallContext, request: SpawnRequest) -> SpawnFuture {

@@ -36,13 +36,29 @@ impl PluginRuntime {
         ctx: &CallContext,
         progress: Option<ProgressSink>,
     ) -> Result<String, PluginError> {
+        self.call_in(plugin, tool, args_json, ctx, progress, None).await
+    }
+
+    /// [`PluginRuntime::call`] with `workspace` preopened instead of the
+    /// runtime's (under the same grant): the host uses it to let a
+    /// first-party component read one staged file, such as an attachment,
+    /// without seeing anything else.
+    pub async fn call_in(
+        &self,
+        plugin: &LoadedPlugin,
+        tool: &str,
+        args_json: &str,
+        ctx: &CallContext,
+        progress: Option<ProgressSink>,
+        workspace: Option<&std::path::Path>,
+    ) -> Result<String, PluginError> {
         if plugin.world.is_channel() {
             return Err(PluginError::WrongWorld { plugin: plugin.name().to_string(), world: plugin.world, wanted: "tools" });
         }
         let pre = self.prepared(plugin).await?;
         let _slot = self.slot().await;
         let read_only = plugin.manifest.tools.iter().any(|t| t.name == tool && t.read_only);
-        let mut store = self.new_store(plugin, progress, read_only)?;
+        let mut store = self.new_store_in(plugin, progress, read_only, workspace)?;
         store.data_mut().privileged.call = Some(ctx.clone());
         let clock = store.data().clock.clone();
         // Host calls (a sleeping guest, a slow HTTP response) do not advance

@@ -173,6 +173,8 @@ struct Shared {
     latency: Mutex<Duration>,
     /// Pause between the events of a streamed answer.
     chunk_delay: Mutex<Duration>,
+    /// Content deltas per streamed answer (3 unless set).
+    stream_pieces: Mutex<usize>,
     next_call_id: AtomicU64,
 }
 
@@ -241,6 +243,13 @@ impl MockLlm {
         self
     }
 
+    /// Streams every answer's content in `pieces` deltas (3 by default), so
+    /// a test can make a reply arrive in many small pieces over time.
+    pub fn with_stream_pieces(self, pieces: usize) -> MockLlm {
+        *lock(&self.shared.stream_pieces) = pieces.max(1);
+        self
+    }
+
     /// The API root to give a client: `http://127.0.0.1:PORT/v1`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.server.addr())
@@ -285,6 +294,7 @@ impl MockLlm {
             handler,
             latency: Mutex::new(Duration::ZERO),
             chunk_delay: Mutex::new(Duration::ZERO),
+            stream_pieces: Mutex::new(3),
             next_call_id: AtomicU64::new(1),
         });
         let server_shared = shared.clone();
@@ -406,7 +416,8 @@ async fn reply_response(shared: &Shared, reply: MockReply, request: &RequestHead
     let usage = usage(request_len, &answer);
     if stream {
         let include_usage = request.stream_options.include_usage;
-        let events = sse_events(&answer, &id, model, include_usage.then_some(usage));
+        let pieces = *lock(&shared.stream_pieces);
+        let events = sse_events(&answer, &id, model, include_usage.then_some(usage), pieces);
         let delay = *lock(&shared.chunk_delay);
         let frames = futures::stream::iter(events.into_iter().enumerate()).then(move |(n, e)| async move {
             if n > 0 && !delay.is_zero() {
@@ -488,7 +499,7 @@ fn split(text: &str, parts: usize) -> Vec<&str> {
 /// The answer as OpenAI streams it: a role chunk, content in a few deltas,
 /// each tool call as a header delta then argument deltas, the finish reason,
 /// the usage chunk when asked for, and `[DONE]`.
-fn sse_events(answer: &Answer, id: &str, model: &str, usage: Option<Value>) -> Vec<Bytes> {
+fn sse_events(answer: &Answer, id: &str, model: &str, usage: Option<Value>, pieces: usize) -> Vec<Bytes> {
     let mut events = Vec::new();
     let first = if answer.content.is_some() {
         json!({"role": "assistant", "content": ""})
@@ -496,7 +507,7 @@ fn sse_events(answer: &Answer, id: &str, model: &str, usage: Option<Value>) -> V
         json!({"role": "assistant", "content": null})
     };
     events.push(event(&chunk(id, model, first, None)));
-    for piece in split(answer.content.as_deref().unwrap_or_default(), 3) {
+    for piece in split(answer.content.as_deref().unwrap_or_default(), pieces) {
         events.push(event(&chunk(id, model, json!({"content": piece}), None)));
     }
     for (index, (call_id, name, args)) in answer.calls.iter().enumerate() {

@@ -147,6 +147,8 @@ pub struct Edit {
     pub text: String,
     /// The parse mode when given.
     pub parse_mode: Option<String>,
+    /// When it was accepted (edit throttling is asserted on these).
+    pub at: Instant,
 }
 
 /// A `sendChatAction` the mock accepted.
@@ -1101,7 +1103,7 @@ fn edit_message_text(shared: &Shared, call: &Call) -> Response<Body> {
         Some(_) => {}
     }
     state.texts.insert((chat_id, message_id), text.clone());
-    state.edits.push(Edit { chat_id, message_id, text, parse_mode });
+    state.edits.push(Edit { chat_id, message_id, text, parse_mode, at: Instant::now() });
     let mut message = message_json(&state, chat_id, message_id, None);
     message["text"] = json!(visible);
     message["edit_date"] = json!(DATE + 1);
@@ -1462,7 +1464,9 @@ mod tests {
         assert_eq!((status, body["description"].as_str().unwrap()), (400, NOT_MODIFIED));
         let (status, _) = call(&mock, "editMessageText", json!({"chat_id": -100, "message_id": 999, "text": "x"})).await;
         assert_eq!(status, 400);
-        assert_eq!(mock.edits(), [Edit { chat_id: -100, message_id: id, text: "final".into(), parse_mode: None }]);
+        let edits = mock.edits();
+        assert_eq!(edits.len(), 1);
+        assert_eq!((edits[0].chat_id, edits[0].message_id, edits[0].text.as_str(), edits[0].parse_mode.as_deref()), (-100, id, "final", None));
         assert_eq!(mock.sent_messages()[0].message_thread_id, Some(9));
         // Form-encoded, as some clients send it.
         let url = format!("{}/bot{}/sendChatAction", mock.api_base(), mock.token());

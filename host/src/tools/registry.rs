@@ -207,6 +207,15 @@ impl ToolRegistry {
         Ok(self.inner.runtime.call(&entry.plugin, &call.tool, &args, ctx, progress).await?)
     }
 
+    /// `prepare_call`, then the call with `workspace` preopened in place of
+    /// the agent's workspace (see [`PluginRuntime::call_in`]).
+    pub async fn call_in_workspace(&self, name: &str, raw_args: &Value, ctx: &CallContext, workspace: &std::path::Path) -> Result<String, ToolError> {
+        let call = self.prepare_call(name, raw_args)?;
+        let entry = self.inner.tools.get(&call.tool).ok_or_else(|| self.not_found(&call.tool))?;
+        let args = serde_json::to_string(&call.args).expect("a JSON value always serializes");
+        Ok(self.inner.runtime.call_in(&entry.plugin, &call.tool, &args, ctx, None, Some(workspace)).await?)
+    }
+
     /// `prepare_call` then `execute`.
     pub async fn call(&self, name: &str, raw_args: &Value, ctx: &CallContext, progress: Option<ProgressSink>) -> Result<String, ToolError> {
         let call = self.prepare_call(name, raw_args)?;

@@ -7,10 +7,15 @@
 //!   to the request and the answer to text for the model.
 //! - `spawn`: `agents.spawn`. The host runs the subagent (its prompt, its
 //!   tools, the concurrency limit) and announces a background result.
+//! - `cron`: `schedule.add-job` / `list-jobs` / `remove-job` ([`cron`]).
+//! - `create_goal`, `update_goal`: `goals.create` / `goals.update` on the
+//!   current session's sustained goal ([`goal`]).
 //!
 //! The mapping is plain code ([`message`]) tested natively; the component
 //! glue is only in the wasm build.
 
+pub mod cron;
+pub mod goal;
 pub mod message;
 pub mod spawn;
 

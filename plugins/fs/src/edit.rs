@@ -76,7 +76,7 @@ pub fn edit_file(
 
 /// Models write '\n'; when the file uses "\r\n" and only the CRLF form of
 /// `old` occurs, edit in the file's own line endings.
-fn match_line_endings(text: &str, old: &str, new: &str) -> (String, String) {
+pub(crate) fn match_line_endings(text: &str, old: &str, new: &str) -> (String, String) {
     if !text.contains(old) && text.contains("\r\n") && old.contains('\n') && !old.contains('\r') {
         let crlf = |s: &str| s.replace("\r\n", "\n").replace('\n', "\r\n");
         let old_crlf = crlf(old);
@@ -106,7 +106,7 @@ fn line_numbers(text: &str, starts: &[usize]) -> Vec<usize> {
 
 /// The "not found" message: the file's most similar lines, and why exact
 /// matching may have failed.
-fn not_found(text: &str, old: &str, rel: &str) -> String {
+pub(crate) fn not_found(text: &str, old: &str, rel: &str) -> String {
     let mut msg = format!("old_text not found in {rel}.");
     if looks_numbered(old) {
         msg.push_str(" It seems to include line-number prefixes (\"   12| \") from read_file; leave them out.");
@@ -173,7 +173,7 @@ fn looks_numbered(s: &str) -> bool {
 /// Scoring every window on every line costs `file × old` comparisons; for
 /// long `old` texts all windows are first ranked on a few anchor lines, and
 /// only the best few are scored in full, which keeps 10k-line files fast.
-fn nearest_window(file: &[&str], old: &[&str]) -> Option<(usize, f64)> {
+pub(crate) fn nearest_window(file: &[&str], old: &[&str]) -> Option<(usize, f64)> {
     const ANCHORS: usize = 8;
     const FINALISTS: usize = 10;
     if file.is_empty() || old.is_empty() {

@@ -9,11 +9,16 @@ use std::path::Path;
 
 use chitin_sdk::prelude::*;
 
+pub mod apply;
+pub mod docx;
 pub mod edit;
+pub mod extract;
 pub mod find;
 pub mod grep;
 pub mod list;
+pub mod patch;
 pub mod paths;
+pub mod pdf;
 pub mod read;
 pub mod text;
 pub mod write;
@@ -51,7 +56,9 @@ struct ReadFileArgs {
 /// the number and `| ` are not part of the file. At most `limit` lines (2000
 /// by default) are returned; when more remain, the output ends with the
 /// `offset` to continue from. Lines longer than 2000 characters are cut.
-/// Binary files and files over 10 MiB are refused (use grep on those).
+/// PDF and Word (.docx) files come as their extracted text, paged the same
+/// way, after a note saying so (PDF pages start with `--- page N of M ---`).
+/// Other binary files and files over 10 MiB are refused (use grep on those).
 #[tool(read_only, concurrency_safe)]
 fn read_file(args: ReadFileArgs) -> Result<String, FsError> {
     read::read_file(root(), &args.path, args.offset, args.limit)
@@ -103,6 +110,85 @@ fn edit_file(args: EditFileArgs) -> Result<String, FsError> {
         &args.new_text,
         args.replace_all,
     )
+}
+
+#[derive(Deserialize, ToolArgs)]
+struct ApplyPatchArgs {
+    /// The patch: `*** Begin Patch`, then one section per file, then `*** End
+    /// Patch`. Sections: `*** Add File: path` followed by the new file's lines,
+    /// each prefixed with `+`; `*** Delete File: path`; `*** Update File: path`
+    /// (optionally followed by `*** Move to: new/path`) followed by hunks. A
+    /// hunk starts with `@@` (optionally `@@ line to find first`, e.g. the
+    /// function's first line; several `@@` lines in a row narrow it down,
+    /// e.g. the class, then the method) and has lines prefixed with ` ` (unchanged
+    /// context, 3 lines before and after a change), `-` (removed) or `+`
+    /// (added); `*** End of File` after a hunk anchors it at the file's end.
+    /// Give either `patch` or `edits`.
+    patch: Option<String>,
+    /// Instead of `patch`: up to 20 edits, applied in order. `replace`
+    /// replaces `old_text` (exact, occurring once) by `new_text` in the file
+    /// `path`; `add` creates the new file `path` holding `new_text`.
+    edits: Option<Vec<PatchEdit>>,
+    /// Check the patch and report what it would change (files, +/- line
+    /// counts, a short diff) without writing anything (default false).
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Deserialize, ToolArgs)]
+struct PatchEdit {
+    /// Path of the file, relative to the workspace root.
+    path: String,
+    /// `replace` (change an existing file) or `add` (create a new file).
+    action: PatchAction,
+    /// For `replace`: the exact text to replace, as in the file.
+    old_text: Option<String>,
+    /// The replacement text (`replace`) or the new file's content (`add`).
+    new_text: Option<String>,
+}
+
+#[derive(Deserialize, ToolArgs)]
+#[serde(rename_all = "lowercase")]
+enum PatchAction {
+    Replace,
+    Add,
+}
+
+/// Change several files in one call: add, update (by context hunks), move
+/// and delete files. All or nothing: every hunk is checked against the
+/// current files first; if one does not match, nothing is written and the
+/// error names the file and hunk and shows the most similar lines. Use
+/// `dry_run` to preview. Read the files first so the context lines match.
+#[tool]
+fn apply_patch(args: ApplyPatchArgs) -> Result<String, FsError> {
+    let ops = match (args.patch, args.edits) {
+        (Some(patch), None) => patch::parse(&patch)?,
+        (None, Some(edits)) => apply::edits_to_ops(
+            edits
+                .into_iter()
+                .map(|e| apply::Edit {
+                    path: e.path,
+                    action: match e.action {
+                        PatchAction::Replace => apply::EditAction::Replace,
+                        PatchAction::Add => apply::EditAction::Add,
+                    },
+                    old_text: e.old_text,
+                    new_text: e.new_text,
+                })
+                .collect(),
+        )?,
+        (Some(_), Some(_)) => {
+            return Err(FsError::InvalidArgs(
+                "give either `patch` or `edits`, not both".into(),
+            ));
+        }
+        (None, None) => {
+            return Err(FsError::InvalidArgs(
+                "give `patch` (the *** Begin Patch format) or `edits` (a list of replace/add edits)".into(),
+            ));
+        }
+    };
+    apply::apply_patch(root(), ops, args.dry_run)
 }
 
 #[derive(Deserialize, ToolArgs)]
@@ -188,5 +274,5 @@ plugin! {
     description: "Read, write, edit and search files in the workspace",
     workspace: "read-write",
     network: [],
-    tools: [read_file, write_file, edit_file, list_dir, find_files, grep],
+    tools: [read_file, write_file, edit_file, apply_patch, list_dir, find_files, grep],
 }

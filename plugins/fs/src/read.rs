@@ -1,9 +1,11 @@
-//! `read_file`: a text file as numbered lines, one page at a time.
+//! `read_file`: a text file as numbered lines, one page at a time; a PDF or
+//! DOCX as the lines of its extracted text (see [`crate::extract`]).
 
 use std::path::Path;
 
 use crate::paths::{FsError, FsResult, WsPath};
-use crate::text::{count, load_text, number_width, numbered};
+use crate::extract::load_readable;
+use crate::text::{count, number_width, numbered};
 
 pub const DEFAULT_LIMIT: usize = 2000;
 
@@ -30,9 +32,16 @@ pub fn read_file(
         return Err(FsError::InvalidArgs("limit must be at least 1".into()));
     }
     let path = WsPath::parse(path)?;
-    let text = load_text(root, &path)?;
+    let readable = load_readable(root, &path)?;
+    let text = readable.text;
+    let mut out = match readable.note {
+        // Said on every page: the lines are not the file's own bytes.
+        Some(note) => format!("({note})\n"),
+        None => String::new(),
+    };
     if text.is_empty() {
-        return Ok("(empty file)".into());
+        out.push_str("(empty file)");
+        return Ok(out);
     }
     let lines: Vec<&str> = text.lines().collect();
     let total = lines.len();
@@ -45,11 +54,11 @@ pub fn read_file(
     }
     let last = total.min(offset - 1 + limit);
     let width = number_width(last);
-    let mut out = String::new();
+    let header = out.len();
     let mut shown = offset - 1;
     for (i, line) in lines[offset - 1..last].iter().enumerate() {
         let row = numbered(offset + i, width, line);
-        if !out.is_empty() && out.len() + row.len() > MAX_OUTPUT_BYTES {
+        if out.len() > header && out.len() + row.len() > MAX_OUTPUT_BYTES {
             break;
         }
         out.push_str(&row);
@@ -163,5 +172,71 @@ mod tests {
             read_file(dir.path(), "/etc/passwd", None, None).unwrap_err(),
             FsError::Denied("path must be relative to the workspace: /etc/passwd".into())
         );
+    }
+
+    fn ws_bytes(files: &[(&str, &[u8])]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, body) in files {
+            fs::write(dir.path().join(name), body).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn pdf_and_docx_come_as_text_and_page_like_text() {
+        let pdf = crate::pdf::make_pdf(&["Alpha line\nBeta line", "Gamma"]);
+        let docx = crate::docx::make_docx(&["First paragraph", "Second paragraph"], &[]);
+        // One of each misnamed: the bytes decide.
+        let dir = ws_bytes(&[("r.pdf", &pdf), ("scan.bin", &pdf), ("n.docx", &docx), ("n.zip", &docx)]);
+        let out = read_file(dir.path(), "r.pdf", None, None).unwrap();
+        assert!(out.starts_with("(text extracted from a PDF of 2 pages)\n    1| --- page 1 of 2 ---\n"), "{out}");
+        assert!(out.contains("| Alpha line"), "{out}");
+        assert!(out.contains("| Gamma"), "{out}");
+        assert_eq!(read_file(dir.path(), "scan.bin", None, None).unwrap(), out);
+        let page = read_file(dir.path(), "r.pdf", Some(2), Some(1)).unwrap();
+        assert!(page.starts_with("(text extracted from a PDF of 2 pages)\n    2| "), "{page}");
+        assert!(page.contains("continue with offset=3"), "{page}");
+        let out = read_file(dir.path(), "n.docx", None, None).unwrap();
+        assert_eq!(
+            out,
+            "(text extracted from a Word document of 2 paragraphs)\n    1| First paragraph\n    2| Second paragraph"
+        );
+        assert_eq!(read_file(dir.path(), "n.zip", None, None).unwrap(), out);
+    }
+
+    #[test]
+    fn broken_documents_are_clear_errors() {
+        let dir = ws_bytes(&[
+            ("fake.pdf", b"\x00\x01 not a pdf"),
+            ("text.pdf", b"just text in a .pdf"),
+            ("bad.pdf", b"%PDF-1.4 truncated"),
+            ("fake.docx", b"\x00PK garbage"),
+        ]);
+        let err = read_file(dir.path(), "fake.pdf", None, None).unwrap_err().to_string();
+        assert!(err.starts_with("fake.pdf is not a readable PDF"), "{err}");
+        assert_eq!(read_file(dir.path(), "text.pdf", None, None).unwrap(), "    1| just text in a .pdf");
+        let err = read_file(dir.path(), "bad.pdf", None, None).unwrap_err().to_string();
+        assert!(err.starts_with("cannot extract the text of bad.pdf (PDF): not a readable PDF"), "{err}");
+        let err = read_file(dir.path(), "fake.docx", None, None).unwrap_err().to_string();
+        assert!(err.contains("not a readable DOCX"), "{err}");
+    }
+
+    /// Rewrites the fixtures the host's tests read through the component
+    /// (`tests/fixtures/`): `cargo test -p chitin-plugin-fs -- --ignored write_fixtures`.
+    #[test]
+    #[ignore]
+    fn write_fixtures() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+        fs::create_dir_all(&dir).unwrap();
+        let pdf = crate::pdf::make_pdf(&[
+            "Chitin fixture report\nThe launch code word is PELICAN-42.",
+            "Second page: budget approved.",
+        ]);
+        fs::write(dir.join("report.pdf"), pdf).unwrap();
+        let docx = crate::docx::make_docx(
+            &["Chitin fixture notes", "The meeting moved to Thursday & the room is 4B."],
+            &["Owner", "Ada"],
+        );
+        fs::write(dir.join("notes.docx"), docx).unwrap();
     }
 }

@@ -1,6 +1,7 @@
 //! Loading text files and showing their lines, shared by the tools.
 
 use std::fs;
+use std::io::Read;
 use std::path::Path;
 
 use crate::paths::{FsError, FsResult, WsPath, io_error};
@@ -18,6 +19,15 @@ const BINARY_PROBE: usize = 8 * 1024;
 /// Reads the text file `path`, refusing directories, huge files and binary
 /// files with messages that tell the model what to do instead.
 pub fn load_text(root: &Path, path: &WsPath) -> FsResult<String> {
+    let rel = path.display();
+    let bytes = read_capped(root, path)?;
+    let len = bytes.len();
+    decode(bytes).ok_or_else(|| FsError::Failed(format!("binary file, {len} bytes: {rel}")))
+}
+
+/// The bytes of the file `path`, refusing directories and files over
+/// [`MAX_FILE_BYTES`] before reading.
+pub fn read_capped(root: &Path, path: &WsPath) -> FsResult<Vec<u8>> {
     let disk = path.on_disk(root);
     let rel = path.display();
     let meta = fs::metadata(&disk).map_err(|e| io_error(e, "file", rel))?;
@@ -32,9 +42,17 @@ pub fn load_text(root: &Path, path: &WsPath) -> FsResult<String> {
             meta.len()
         )));
     }
-    let bytes = fs::read(&disk).map_err(|e| io_error(e, "file", rel))?;
-    let len = bytes.len();
-    decode(bytes).ok_or_else(|| FsError::Failed(format!("binary file, {len} bytes: {rel}")))
+    let mut bytes = Vec::new();
+    // The file may grow after the check: never read past the cap.
+    fs::File::open(&disk)
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| io_error(e, "file", rel))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(FsError::Failed(format!(
+            "file too large: {rel} grew past the limit of {MAX_FILE_BYTES} bytes while being read"
+        )));
+    }
+    Ok(bytes)
 }
 
 /// The text of `bytes`, or `None` when they look binary: a NUL byte near the

@@ -147,6 +147,8 @@ pub struct StepOut {
     pub state: Vec<u8>,
     /// What to do.
     pub effects: Vec<Effect>,
+    /// Lines for the host's log (warnings).
+    pub warnings: Vec<String>,
 }
 
 /// `start`: reads the config over the committed state (the offset survives
@@ -181,7 +183,7 @@ pub fn start(config: &str, state: &[u8]) -> Result<StepOut, Failure> {
             vec![Effect::Http(set_webhook(&state.api_base, &url))]
         }
     };
-    Ok(StepOut { state: state.encode(), effects })
+    Ok(StepOut { state: state.encode(), effects, warnings: Vec::new() })
 }
 
 /// `setWebhook` with the secret as its placeholder (the crate's
@@ -216,14 +218,14 @@ pub fn poll_response(status: u16, body: &[u8], state_bytes: &[u8]) -> Result<Ste
     let Some(username) = state.bot_username.clone() else {
         let me = api_result(status, body).map_err(|e| api_failure(&e))?;
         state.bot_username = Some(api::bot_username(&me)?);
-        return Ok(StepOut { state: state.encode(), effects: vec![Effect::PollAfter(0)] });
+        return Ok(StepOut { state: state.encode(), effects: vec![Effect::PollAfter(0)], warnings: Vec::new() });
     };
     let batch = match parse_get_updates(status, body, &username) {
         Ok(batch) => batch,
         Err(TelegramError::Api(error)) => {
             return match error {
                 ApiError::RateLimited { retry_after } => {
-                    Ok(StepOut { state: state_bytes.to_vec(), effects: vec![Effect::PollAfter(retry_ms(retry_after))] })
+                    Ok(StepOut { state: state_bytes.to_vec(), effects: vec![Effect::PollAfter(retry_ms(retry_after))], warnings: Vec::new() })
                 }
                 other => Err(api_failure(&other)),
             };
@@ -233,7 +235,8 @@ pub fn poll_response(status: u16, body: &[u8], state_bytes: &[u8]) -> Result<Ste
     if batch.next_offset.is_some() {
         state.offset = batch.next_offset;
     }
-    Ok(StepOut { state: state.encode(), effects: batch.events.into_iter().map(Effect::Emit).collect() })
+    let warnings = batch.malformed.iter().map(|id| format!("update {id} could not be parsed; skipped past it")).collect();
+    Ok(StepOut { state: state.encode(), effects: batch.events.into_iter().map(Effect::Emit).collect(), warnings })
 }
 
 fn retry_ms(seconds: u64) -> u32 {
@@ -247,7 +250,7 @@ pub fn on_webhook(body: &[u8], state: &[u8]) -> Result<StepOut, Failure> {
     let username = decoded.bot_username.clone().unwrap_or_default();
     let mut effects: Vec<Effect> = parse_webhook(body, &username)?.into_iter().map(Effect::Emit).collect();
     effects.push(Effect::RespondOk);
-    Ok(StepOut { state: state.to_vec(), effects })
+    Ok(StepOut { state: state.to_vec(), effects, warnings: Vec::new() })
 }
 
 /// Where a reply goes: the host hands back the `chat-id` and `thread` the
@@ -307,10 +310,94 @@ pub fn delivery_failure(error: &ApiError) -> Failure {
     api_failure(error)
 }
 
-/// The text of a streamed reply so far as one message (the first part; the
-/// host's final `done` call sends the same, and the rest goes by `deliver`).
-pub fn stream_text(markdown: &str) -> Option<OutgoingText> {
-    crate::render::render_preview(markdown)
+/// The download of a file from its `getFile` result. The `file_path` is
+/// Telegram's (`photos/file_12.jpg`): it only ever goes into the URL, and a
+/// path that could leave the file root or carry a query is refused.
+pub fn download_request(api_base: &str, get_file_result: &Value) -> Result<HttpRequest, Failure> {
+    let path = api::file_path(get_file_result).map_err(|e| Failure::Transient(e.to_string()))?;
+    let unsafe_path = path.is_empty()
+        || path.len() > 512
+        || path.split('/').any(|segment| segment == "..")
+        || path.chars().any(|c| c.is_control() || matches!(c, '?' | '#' | '\\' | ' '));
+    if unsafe_path {
+        return Err(Failure::Transient(format!("refusing the file path Telegram gave: {path:?}")));
+    }
+    Ok(api::download_file(api_base, &path))
+}
+
+/// One message of a streamed reply: its id and a digest of the text it
+/// shows. The `stream-update` handle is the list of them, so a call, which
+/// sees no state, knows which messages exist and which would not change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    /// The Telegram message id.
+    pub id: i64,
+    /// [`digest`] of the part it shows.
+    pub digest: u64,
+}
+
+/// The handle of a streamed reply: `id:digest` entries joined by `;`
+/// (digest in hex).
+pub fn format_handle(shown: &[Shown]) -> String {
+    shown.iter().map(|s| format!("{}:{:016x}", s.id, s.digest)).collect::<Vec<_>>().join(";")
+}
+
+/// The entries of a handle the host gave back (`None`: a new reply).
+pub fn parse_handle(handle: Option<&str>) -> Result<Vec<Shown>, Failure> {
+    let Some(handle) = handle.filter(|h| !h.is_empty()) else { return Ok(Vec::new()) };
+    handle
+        .split(';')
+        .map(|entry| {
+            let (id, digest) = entry.split_once(':')?;
+            Some(Shown { id: id.parse().ok()?, digest: u64::from_str_radix(digest, 16).ok()? })
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| Failure::Fatal(format!("not a stream handle of this adapter: {handle:?}")))
+}
+
+/// FNV-1a over the text and its parse mode: equal parts, equal digests
+/// (no crate for 10 lines; collisions only cost a skipped edit).
+pub fn digest(part: &OutgoingText) -> u64 {
+    let mode = part.parse_mode.map_or("", |m| m.as_str());
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in mode.bytes().chain([0]).chain(part.text.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// What one `stream-update` does for a part of the reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamOp {
+    /// A new part: `sendMessage`.
+    Send(OutgoingText),
+    /// A part whose text changed: `editMessageText` of that message.
+    Edit(i64, OutgoingText),
+    /// Unchanged: no request (Telegram would answer "not modified").
+    Keep,
+}
+
+/// The requests a `stream-update` makes: the reply so far is rendered and
+/// split as a whole reply is ([`render_reply`]); part *i* lives in the
+/// *i*th message of the stream. A part that outgrew 4096 units is therefore
+/// finished where the split puts it, and the text goes on in a new message
+/// (sent the moment it exists); only parts whose text changed are edited.
+/// The last call (`done`) is the same computation over the whole reply, so
+/// the messages end up exactly as `deliver` would have sent them.
+pub fn stream_plan(markdown: &str, shown: &[Shown]) -> Vec<(OutgoingText, StreamOp)> {
+    render_reply(markdown)
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| {
+            let op = match shown.get(i) {
+                None => StreamOp::Send(part.clone()),
+                Some(s) if s.digest == digest(&part) => StreamOp::Keep,
+                Some(s) => StreamOp::Edit(s.id, part.clone()),
+            };
+            (part, op)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -399,5 +486,47 @@ mod tests {
         assert_eq!(requests[1].json().unwrap()["photo"], "P1");
         assert_eq!(requests[2].json().unwrap()["document"], "D1");
         assert!(deliver_requests("http://x", &to, "", None, &media).unwrap().len() == 2, "media alone, no empty text");
+    }
+
+    #[test]
+    fn a_stream_edits_only_what_changed_and_goes_on_in_a_new_message() {
+        let first = stream_plan("Hello", &[]);
+        assert!(matches!(&first[..], [(_, StreamOp::Send(p))] if p.text == "Hello"));
+        let shown = vec![Shown { id: 7, digest: digest(&first[0].0) }];
+        let handle = format_handle(&shown);
+        assert_eq!(parse_handle(Some(&handle)).unwrap(), shown, "the handle round-trips");
+        assert!(matches!(&stream_plan("Hello", &shown)[..], [(_, StreamOp::Keep)]), "unchanged: no edit");
+        assert!(matches!(&stream_plan("Hello there", &shown)[..], [(_, StreamOp::Edit(7, p))] if p.text == "Hello there"));
+        // Past 4096 units the first message is finished and a second begins.
+        let long = format!("{}\n\n{}", "a".repeat(4000), "b".repeat(300));
+        let plan = stream_plan(&long, &shown);
+        assert_eq!(plan.len(), 2, "{plan:?}");
+        assert!(matches!(&plan[0].1, StreamOp::Edit(7, p) if p.text == "a".repeat(4000)));
+        assert!(matches!(&plan[1].1, StreamOp::Send(p) if p.text == "b".repeat(300)));
+        assert!(matches!(parse_handle(Some("7:zz")), Err(Failure::Fatal(_))));
+        assert_eq!(parse_handle(None).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_poison_update_is_passed_over_with_a_warning() {
+        let state = State { api_base: "http://x".into(), bot_username: Some("bot".into()), offset: Some(5), mode: Mode::Poll }.encode();
+        let body = json!({"ok": true, "result": [
+            {"update_id": 5, "message": {"message_id": "not a number", "chat": 7}},
+            {"update_id": 6, "message": {"message_id": 1, "date": 0, "chat": {"id": 9, "type": "private"}, "from": {"id": 2, "is_bot": false, "first_name": "A"}, "text": "hi"}}
+        ]});
+        let step = poll_response(200, body.to_string().as_bytes(), &state).unwrap();
+        assert_eq!(State::decode(&step.state).unwrap().offset, Some(7), "past the poison update");
+        assert_eq!(step.effects.len(), 1, "the good one is emitted");
+        assert_eq!(step.warnings, ["update 5 could not be parsed; skipped past it"]);
+    }
+
+    #[test]
+    fn a_download_is_built_from_get_file_and_odd_paths_are_refused() {
+        let ok = download_request("https://api.telegram.org", &json!({"file_id": "f", "file_path": "photos/file_1.jpg"})).unwrap();
+        assert_eq!(ok.url, "https://api.telegram.org/file/bot{{secret:bot_token}}/photos/file_1.jpg");
+        for bad in ["../../etc/passwd", "a/../b", "x?y", "x#y", ""] {
+            assert!(download_request("https://api.telegram.org", &json!({"file_path": bad})).is_err(), "{bad}");
+        }
+        assert!(download_request("https://api.telegram.org", &json!({"file_id": "f"})).is_err(), "no file_path: over 20 MB");
     }
 }

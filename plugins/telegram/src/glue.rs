@@ -85,6 +85,9 @@ fn inbound(event: InboundEvent) -> Inbound {
 }
 
 fn step(out: StepOut) -> Step {
+    for warning in &out.warnings {
+        chitin::plugin::host::log(chitin::plugin::host::LogLevel::Warn, warning);
+    }
     let actions = out
         .effects
         .into_iter()
@@ -159,21 +162,42 @@ impl Guest for Telegram {
         requests.iter().map(send_part).collect()
     }
 
-    fn stream_update(chat_id: String, handle: Option<String>, text_so_far: String, _done: bool) -> Result<String, ChannelError> {
-        let to = channel::conversation(&chat_id, None).map_err(error)?;
-        let Some(part) = channel::stream_text(&text_so_far) else {
+    fn stream_update(chat_id: String, thread: Option<String>, handle: Option<String>, text_so_far: String, _done: bool) -> Result<String, ChannelError> {
+        // Every call shows the whole reply so far (see `channel::stream_plan`),
+        // so the last one (`done`) needs nothing of its own.
+        let to = channel::conversation(&chat_id, thread.as_deref()).map_err(error)?;
+        let mut shown = channel::parse_handle(handle.as_deref()).map_err(error)?;
+        let plan = channel::stream_plan(&text_so_far, &shown);
+        if plan.is_empty() {
             return handle.ok_or_else(|| ChannelError::Transient("nothing to show yet".into()));
-        };
-        match handle {
-            None => send_part(&api::send_message(DEFAULT_API_BASE, &to, &part, None)),
-            Some(id) => {
-                let message_id = id.parse().map_err(|_| ChannelError::Fatal(format!("not a Telegram message id: {id:?}")))?;
-                match call(&api::edit_message_text(DEFAULT_API_BASE, to.chat_id, message_id, &part)) {
-                    Ok(_) | Err(ApiError::NotModified) => Ok(id),
-                    Err(e) => Err(error(channel::delivery_failure(&e))),
+        }
+        for (i, (part, op)) in plan.into_iter().enumerate() {
+            let digest = channel::digest(&part);
+            match op {
+                channel::StreamOp::Keep => {}
+                channel::StreamOp::Send(part) => {
+                    let id = send_part(&api::send_message(DEFAULT_API_BASE, &to, &part, None))?;
+                    let id = id.parse().map_err(|_| ChannelError::Transient(format!("not a message id: {id:?}")))?;
+                    shown.push(channel::Shown { id, digest });
+                }
+                channel::StreamOp::Edit(message_id, part) => {
+                    match call(&api::edit_message_text(DEFAULT_API_BASE, to.chat_id, message_id, &part)) {
+                        Ok(_) | Err(ApiError::NotModified) => shown[i].digest = digest,
+                        Err(e) => return Err(error(channel::delivery_failure(&e))),
+                    }
                 }
             }
         }
+        Ok(channel::format_handle(&shown))
+    }
+
+    fn media_request(media: MediaRef) -> Result<HttpRequest, ChannelError> {
+        // `getFile` is small JSON and runs here; the file itself is fetched
+        // by the host, which streams it to disk under the size cap.
+        let result = call(&api::get_file(DEFAULT_API_BASE, &media.reference)).map_err(|e| error(channel::delivery_failure(&e)))?;
+        let download = channel::download_request(DEFAULT_API_BASE, &result).map_err(error)?;
+        // Up to 20 MB: more time than the host's 30 s default.
+        Ok(request(download, 120_000))
     }
 
     fn set_status(chat_id: String, status: ChatStatus) -> Result<(), ChannelError> {

@@ -172,6 +172,10 @@ pub struct Batch {
     /// Update ids that carried nothing to emit (other update kinds, service
     /// messages, updates that did not parse); confirmed all the same.
     pub skipped: Vec<i64>,
+    /// Those of `skipped` that did not parse ("poison" updates): passed
+    /// over so one bad update cannot stall the channel, and worth a
+    /// warning.
+    pub malformed: Vec<i64>,
 }
 
 /// Parses a `getUpdates` answer (HTTP `status` and `body`) for the bot
@@ -184,7 +188,13 @@ pub fn parse_get_updates(status: u16, body: &[u8], bot_username: &str) -> Result
     for update in updates {
         match parse_update(update, bot_username) {
             Some(event) => batch.events.push(event),
-            None => batch.skipped.extend(update.get("update_id").and_then(Value::as_i64)),
+            None => {
+                let id = update.get("update_id").and_then(Value::as_i64);
+                batch.skipped.extend(id);
+                if serde_json::from_value::<Update>(update.clone()).is_err() {
+                    batch.malformed.extend(id);
+                }
+            }
         }
     }
     Ok(batch)
@@ -465,6 +475,7 @@ mod tests {
         let batch = parse_get_updates(200, &answer(updates), BOT).unwrap();
         assert_eq!(batch.events.len(), 1);
         assert_eq!(batch.skipped, [23, 21, 22]);
+        assert_eq!(batch.malformed, [21], "only the one that did not parse");
         assert_eq!(batch.next_offset, Some(24));
         let empty = parse_get_updates(200, &answer(vec![]), BOT).unwrap();
         assert_eq!(empty.next_offset, None);

@@ -17,11 +17,55 @@ pub struct Plugin {
     description: Option<LitStr>,
     workspace: Option<LitStr>,
     network: Vec<LitStr>,
+    secrets: Vec<Secret>,
     tools: Vec<Path>,
     tools_span: Span,
 }
 
-const KEYS: &str = "`name`, `description`, `workspace`, `network` or `tools`";
+/// `name: { audience: "host", inject: ["header"] }`: a secret the host fills
+/// in for `{{secret:name}}` (the host validates the rest at load).
+struct Secret {
+    name: Ident,
+    audience: LitStr,
+    inject: Vec<LitStr>,
+}
+
+impl Parse for Secret {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.parse()?;
+        input.parse::<Token![:]>()?;
+        let content;
+        syn::braced!(content in input);
+        let (mut audience, mut inject) = (None, None);
+        while !content.is_empty() {
+            let key: Ident = content.parse()?;
+            content.parse::<Token![:]>()?;
+            match key.to_string().as_str() {
+                "audience" => audience = Some(content.parse::<LitStr>()?),
+                "inject" => {
+                    let list;
+                    bracketed!(list in content);
+                    inject = Some(Punctuated::<LitStr, Token![,]>::parse_terminated(&list)?.into_iter().collect());
+                }
+                _ => return Err(Error::new(key.span(), format!("unknown secret key `{key}`; expected `audience` or `inject`"))),
+            }
+            if content.is_empty() {
+                break;
+            }
+            content.parse::<Token![,]>()?;
+        }
+        let audience = audience.ok_or_else(|| Error::new(name.span(), "a secret needs `audience: \"host\"`"))?;
+        let inject: Vec<LitStr> = inject.ok_or_else(|| Error::new(name.span(), "a secret needs `inject: [\"header\"]` (url, header)"))?;
+        for place in &inject {
+            if !matches!(place.value().as_str(), "url" | "header") {
+                return Err(Error::new(place.span(), "a tool plugin's secret is injected into \"url\" or \"header\""));
+            }
+        }
+        Ok(Secret { name, audience, inject })
+    }
+}
+
+const KEYS: &str = "`name`, `description`, `workspace`, `network`, `secrets` or `tools`";
 
 impl Parse for Plugin {
     fn parse(input: ParseStream) -> syn::Result<Self> {
@@ -29,6 +73,7 @@ impl Parse for Plugin {
         let mut description = None;
         let mut workspace = None;
         let mut network = None;
+        let mut secrets = None;
         let mut tools: Option<(Vec<Path>, Span)> = None;
         while !input.is_empty() {
             let key: Ident = input.parse()?;
@@ -58,6 +103,14 @@ impl Parse for Plugin {
                         .replace(list.into_iter().collect::<Vec<_>>())
                         .is_some()
                     {
+                        return Err(duplicate());
+                    }
+                }
+                "secrets" => {
+                    let content;
+                    bracketed!(content in input);
+                    let list = Punctuated::<Secret, Token![,]>::parse_terminated(&content)?;
+                    if secrets.replace(list.into_iter().collect::<Vec<_>>()).is_some() {
                         return Err(duplicate());
                     }
                 }
@@ -91,6 +144,7 @@ impl Parse for Plugin {
             description,
             workspace,
             network: network.unwrap_or_default(),
+            secrets: secrets.unwrap_or_default(),
             tools,
             tools_span,
         })
@@ -106,9 +160,12 @@ fn valid_plugin_name(name: &str) -> bool {
 }
 
 /// A network entry: `host`, `host:port`, `*.domain`, an IP address or
-/// `[v6]:port`; the same rule as the host's grant parser.
+/// `[v6]:port`, or `*` (any host); the same rule as the host's grant parser.
 fn valid_host(text: &str) -> bool {
     let text = text.trim();
+    if text == "*" {
+        return true;
+    }
     if text.contains("://") || text.contains('/') {
         return false;
     }
@@ -241,8 +298,22 @@ pub fn expand(plugin: Plugin) -> syn::Result<TokenStream> {
         manifest.push_expr(quote!(#path::MANIFEST));
     }
     let network: Vec<String> = network.iter().map(|h| json::string(h)).collect();
+    let secrets: Vec<String> = plugin
+        .secrets
+        .iter()
+        .map(|secret| {
+            let inject: Vec<String> = secret.inject.iter().map(|p| json::string(&p.value())).collect();
+            format!(
+                "{{\"name\":{},\"audience\":{},\"inject\":[{}]}}",
+                json::string(&secret.name.to_string()),
+                json::string(&secret.audience.value()),
+                inject.join(",")
+            )
+        })
+        .collect();
+    let secrets = if secrets.is_empty() { String::new() } else { format!(",\"secrets\":[{}]", secrets.join(",")) };
     manifest.push_lit(&format!(
-        "],\"capabilities\":{{\"workspace\":{},\"network\":[{}],\"host\":[]}}}}",
+        "],\"capabilities\":{{\"workspace\":{},\"network\":[{}],\"host\":[]}}{secrets}}}",
         json::string(&workspace),
         network.join(",")
     ));
@@ -341,6 +412,7 @@ mod tests {
             "localhost",
             "*.example.com",
             "*.example.com:443",
+            "*",
         ] {
             assert!(valid_host(ok), "{ok}");
         }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crate::provider::{ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, Usage};
 use crate::session::{Message, Role, ToolCall};
 
-pub use spec::{AgentRunResult, AgentRunSpec, Checkpoint, CheckpointPhase, CheckpointView, InjectionSource, StopReason, ToolEvent};
+pub use spec::{AgentRunResult, AgentRunSpec, Checkpoint, CheckpointPhase, CheckpointView, GoalDriver, GoalStep, InjectionSource, StopReason, ToolEvent};
 
 use execute::{Guards, run_calls};
 use governance::{Governance, input_budget};
@@ -131,6 +131,25 @@ impl AgentRunner {
             if run.wait_for_injections().await && run.inject(INJECTIONS_PER_DRAIN) {
                 continue;
             }
+            let mut answer = answer;
+            match spec.goal.as_ref().map(|g| g.after_answer()) {
+                Some(GoalStep::Continue(prompt)) => {
+                    // A continuation boundary: the interim answer and the
+                    // reminder are checkpointed together, so a crash resumes
+                    // after them.
+                    spec.sink.interim_answer(&answer);
+                    run.messages.push(Message::user(prompt).with_meta(crate::agent::goals::GOAL_CONTINUATION, true));
+                    run.checkpoint(CheckpointPhase::FinalResponse, iteration, &[]);
+                    continue;
+                }
+                Some(GoalStep::Stop(note)) => {
+                    answer = format!("{answer}\n\n{note}");
+                    if let Some(last) = run.messages.last_mut() {
+                        last.content = Some(answer.clone());
+                    }
+                }
+                Some(GoalStep::Finish) | None => {}
+            }
             run.checkpoint(CheckpointPhase::FinalResponse, iteration, &[]);
             return run.finish(Some(answer), StopReason::Completed);
         }
@@ -236,6 +255,10 @@ impl AgentRunner {
             .content
             .filter(|t| !response.finish_reason.as_ref().is_some_and(|f| *f == FinishReason::Error) && !t.trim().is_empty())
             .unwrap_or_else(|| format!("I stopped after reaching the limit of {limit} tool iterations before finishing. Ask me to continue if you want me to go on."));
+        let text = match run.spec.goal.as_ref().and_then(|g| g.at_limit(limit)) {
+            Some(note) => format!("{text}\n\n{note}"),
+            None => text,
+        };
         run.messages.push(Message::assistant(text.clone()));
         run.checkpoint(CheckpointPhase::FinalResponse, limit, &[]);
         run.finish(Some(text), StopReason::MaxIterations)

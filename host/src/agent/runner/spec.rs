@@ -56,6 +56,33 @@ pub struct AgentRunSpec {
     /// Off for a turn (the model tries something else); on for a subagent,
     /// whose run nobody watches.
     pub fail_on_tool_error: bool,
+    /// The session's sustained goal: asked after each answer without tool
+    /// calls whether the run goes on (`None`: it never does).
+    pub goal: Option<Arc<dyn GoalDriver>>,
+}
+
+/// What the runner does after an answer without tool calls, while a goal
+/// may be active (spec §5: `goal_active_predicate` /
+/// `goal_continue_message`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GoalStep {
+    /// No active goal: the answer is final.
+    Finish,
+    /// The goal is still active: the answer is an interim one; this user
+    /// message is appended and the run goes on.
+    Continue(String),
+    /// The goal is active but its budget ran out: the answer is final, with
+    /// this note appended.
+    Stop(String),
+}
+
+/// Decides whether a run continues for its session's goal.
+pub trait GoalDriver: Send + Sync {
+    /// Called after each answer without tool calls.
+    fn after_answer(&self) -> GoalStep;
+    /// `max_iterations` ran out: a note for the reply when a goal was still
+    /// active (the driver stops it).
+    fn at_limit(&self, max_iterations: usize) -> Option<String>;
 }
 
 /// Why a run ended.

@@ -36,6 +36,9 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     }
 
     let session = ctx.session_mut()?;
+    if let Some(goal) = crate::agent::goals::goal_of(session).filter(|g| g.is_active()) {
+        system_prompt.push_str(&crate::agent::goals::prompt_block(&goal));
+    }
     ctx.history = session.get_history_bounded(core.settings.history_max_messages, budget, &message_bound, &estimate_message);
     let prompt_tokens = prompt_tokens(&overhead, &ctx.history);
     ctx.initial_messages = core.context.build_messages(system_prompt, ctx.history.clone(), current.clone());

@@ -6,6 +6,7 @@ use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::commands::{self, Command, Parsed};
 use crate::agent::core::AgentCore;
 use crate::agent::subagents;
+use crate::agent::goals;
 use crate::bus::OutboundMessage;
 use crate::session::{COMMAND_MARKER, Message};
 
@@ -36,6 +37,30 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
             0 => "No task is running.".to_string(),
             n => format!("Stopped {n} subagent(s)."),
         },
+        Parsed::Known(Command::Goal) => {
+            let task = commands::args(&ctx.inbound.content).to_string();
+            let ephemeral = ctx.ephemeral;
+            let session = ctx.session_mut()?;
+            if task.is_empty() {
+                match goals::goal_of(session) {
+                    Some(goal) => goals::describe(&goal),
+                    None => format!("No goal is set. {}", goals::GOAL_USAGE),
+                }
+            } else {
+                match goals::command_set(session, &task) {
+                    Ok(_) => {
+                        // The goal is set; the message goes on to the model,
+                        // which starts working on it (nanobot's `/goal`).
+                        if !ephemeral {
+                            core.sessions.save(session)?;
+                        }
+                        tracing::info!(session = %ctx.session_key, "goal set by /goal");
+                        return Ok(TurnEvent::Dispatch);
+                    }
+                    Err(e) => format!("{e}. {}", goals::GOAL_USAGE),
+                }
+            }
+        }
         Parsed::Known(Command::New) => {
             let ephemeral = ctx.ephemeral;
             let key = ctx.session_key.clone();

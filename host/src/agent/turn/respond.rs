@@ -23,6 +23,9 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     }
     let (channel, chat_id) = ctx.inbound.reply_route();
     let mut reply = OutboundMessage::reply(channel, chat_id, text);
+    if let Some(thread) = ctx.inbound.metadata.get(crate::bus::THREAD) {
+        reply.metadata.insert(crate::bus::THREAD.into(), thread.clone());
+    }
     // An error reply was never streamed, even when streaming was on.
     let streamed = ctx.sink.streams_text() && ctx.stop_reason != Some(crate::agent::runner::StopReason::Error);
     reply.kind = OutboundKind::Message { streamed };

@@ -10,6 +10,12 @@ use crate::session::{Message, PENDING_USER_TURN, RUNTIME_CHECKPOINT, Role, Sessi
 pub const INTERRUPTED_TURN: &str = "(The previous request was interrupted before it finished. Ask again to continue.)";
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+    if ctx.inbound.media.iter().any(|p| !crate::agent::pending::is_image(p)) {
+        // Documents become text here (in the fs component's sandbox), so
+        // BUILD persists and sends the message with it.
+        let max = core.settings.max_attachment_kb.saturating_mul(1024);
+        crate::agent::attachments::inline_documents(&core.tools, &mut ctx.inbound, &ctx.session_key, max).await;
+    }
     if let Some(history) = ctx.inbound.metadata.get(crate::bus::EPHEMERAL_HISTORY) {
         // A one-off with the caller's history: nothing is loaded or saved.
         let mut session = Session::new(&ctx.session_key);

@@ -15,21 +15,29 @@ use std::sync::{Arc, Mutex};
 use super::save::append_run_messages;
 use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::core::AgentCore;
-use crate::agent::runner::{AgentRunSpec, Checkpoint, CheckpointView, InjectionSource};
+use crate::agent::goals::{self, TurnGoal};
+use crate::agent::runner::{AgentRunSpec, Checkpoint, CheckpointView, GoalDriver, InjectionSource};
 use crate::plugins::CallContext;
 use crate::session::{RUNTIME_CHECKPOINT, Session, SessionStore, ToolCall};
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     let session = ctx.session.take().ok_or(TurnError::Missing { turn: ctx.session_key.clone(), state: ctx.state, missing: "a session" })?;
+    // The goal lives in the turn's slot while it runs (the `goals`
+    // interface changes it there); each checkpoint and the end of the run
+    // copy it back into the session.
+    let slot = core.active.get(&ctx.session_key).map(|t| t.goal.clone()).unwrap_or_default();
+    slot.load(goals::goal_of(&session));
     // The checkpoint callback persists into the session while the runner
     // owns the turn; the session comes back out afterwards.
     let shared = Arc::new(Mutex::new((session, CheckpointWriter::new(core.settings.max_tool_result_chars))));
     let checkpoint = (!ctx.ephemeral).then(|| {
         let shared = shared.clone();
         let sessions = core.sessions.clone();
+        let slot = slot.clone();
         Arc::new(move |checkpoint: &CheckpointView<'_>| {
             let mut guard = shared.lock().expect("session lock");
             let (session, writer) = &mut *guard;
+            slot.store_into(session);
             if let Err(e) = writer.write(sessions.as_ref(), session, checkpoint) {
                 tracing::warn!("checkpoint not saved: {e}");
             }
@@ -56,6 +64,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         injections: ctx.pending.clone().map(|p| p as Arc<dyn InjectionSource>),
         sink: ctx.sink.clone(),
         fail_on_tool_error: false,
+        goal: Some(Arc::new(TurnGoal::new(slot.clone(), std::time::Duration::from_secs(core.settings.goal_budget_secs))) as Arc<dyn GoalDriver>),
     };
     let result = core.runner.run(&spec).await;
     drop(spec);
@@ -66,6 +75,8 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
             (guard.0.clone(), guard.1.clone())
         }
     };
+    let mut session = session;
+    slot.store_into(&mut session);
     ctx.session = Some(session);
     ctx.checkpointed_messages = writer.written;
     ctx.final_content = result.final_content.clone();

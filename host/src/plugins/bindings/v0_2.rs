@@ -45,7 +45,9 @@ pub mod agent {
 }
 
 pub use self::agent::chitin::plugin::agents;
+pub use self::agent::chitin::plugin::goals;
 pub use self::agent::chitin::plugin::messaging;
+pub use self::agent::chitin::plugin::schedule;
 pub use self::channel::exports::chitin::plugin::channel as wit;
 pub use self::tool::chitin::plugin::host::LogLevel;
 pub use self::tool::chitin::plugin::types::{CallContext as WitCallContext, ToolError as WitToolError};

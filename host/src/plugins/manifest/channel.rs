@@ -215,48 +215,8 @@ impl ChannelSpec {
             }
         }
         let has = |mode| self.receive.contains(&mode);
-        let network: Vec<String> =
-            capabilities.network.iter().filter_map(|h| HostPattern::parse(h).ok()).map(|h| h.to_string()).collect();
-        let mut names = std::collections::HashSet::new();
-        for (i, secret) in self.secrets.iter().enumerate() {
-            let field = format!("channel.secrets[{i}]");
-            let name = &secret.name;
-            let valid = name.len() <= MAX_SECRET_NAME
-                && name.starts_with(|c: char| c.is_ascii_lowercase())
-                && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-            if !valid {
-                return Err(err(format!("{field}.name"), format!("`{name}` must be [a-z][a-z0-9_]*, at most {MAX_SECRET_NAME} characters")));
-            }
-            if !names.insert(name.as_str()) {
-                return Err(err(format!("{field}.name"), format!("duplicate secret `{name}`")));
-            }
-            for (j, place) in secret.inject.iter().enumerate() {
-                if secret.inject[..j].contains(place) {
-                    return Err(err(format!("{field}.inject[{j}]"), format!("duplicate injection place `{place:?}`")));
-                }
-                if *place == Injection::Frame && !has(ReceiveMode::Socket) {
-                    return Err(err(format!("{field}.inject[{j}]"), "`frame` needs receive mode `socket`"));
-                }
-            }
-            match (&secret.audience, secret.inject.is_empty()) {
-                (None, false) => {
-                    return Err(err(format!("{field}.audience"), "a secret that is injected needs the one host it may be sent to"));
-                }
-                (Some(audience), _) => {
-                    let pattern = HostPattern::parse(audience).map_err(|e| err(format!("{field}.audience"), e))?;
-                    if audience.starts_with("*.") {
-                        return Err(err(format!("{field}.audience"), format!("`{audience}` must be one host, not a wildcard")));
-                    }
-                    if !network.contains(&pattern.to_string()) {
-                        return Err(err(format!("{field}.audience"), format!("`{audience}` is not in capabilities.network")));
-                    }
-                    if secret.inject.is_empty() {
-                        return Err(err(format!("{field}.inject"), "a secret with an audience must say where it is injected (url, header, body, frame)"));
-                    }
-                }
-                (None, true) => {}
-            }
-        }
+        let frame = (!has(ReceiveMode::Socket)).then_some("`frame` needs receive mode `socket`");
+        validate_secrets("channel.secrets", &self.secrets, capabilities, frame)?;
         match (&self.webhook, has(ReceiveMode::Webhook)) {
             (None, true) => return Err(err("channel.webhook", "receive mode `webhook` needs a route and a verification recipe")),
             (Some(_), false) => return Err(err("channel.webhook", "given, but `receive` has no `webhook`")),
@@ -333,6 +293,66 @@ impl ChannelSpec {
         }
         Ok(())
     }
+}
+
+/// Checks declared secrets (a channel's `channel.secrets`, a tool plugin's
+/// top-level `secrets`), named `{section}[i]` in errors: names
+/// `[a-z][a-z0-9_]*` and unique, injection places unique, and a secret that
+/// is injected has one audience host from `capabilities.network` (never a
+/// wildcard). `frame_refused` is the error for an `inject: ["frame"]` where
+/// there are no socket frames. Whether a secret may be left uninjected is
+/// the caller's rule.
+pub(crate) fn validate_secrets(
+    section: &str,
+    secrets: &[SecretSpec],
+    capabilities: &Capabilities,
+    frame_refused: Option<&str>,
+) -> Result<(), ManifestError> {
+    let network: Vec<String> =
+        capabilities.network.iter().filter_map(|h| HostPattern::parse(h).ok()).map(|h| h.to_string()).collect();
+    let mut names = std::collections::HashSet::new();
+    for (i, secret) in secrets.iter().enumerate() {
+        let field = format!("{section}[{i}]");
+        let name = &secret.name;
+        let valid = name.len() <= MAX_SECRET_NAME
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            return Err(err(format!("{field}.name"), format!("`{name}` must be [a-z][a-z0-9_]*, at most {MAX_SECRET_NAME} characters")));
+        }
+        if !names.insert(name.as_str()) {
+            return Err(err(format!("{field}.name"), format!("duplicate secret `{name}`")));
+        }
+        for (j, place) in secret.inject.iter().enumerate() {
+            if secret.inject[..j].contains(place) {
+                return Err(err(format!("{field}.inject[{j}]"), format!("duplicate injection place `{place:?}`")));
+            }
+            if *place == Injection::Frame
+                && let Some(refusal) = frame_refused
+            {
+                return Err(err(format!("{field}.inject[{j}]"), refusal));
+            }
+        }
+        match (&secret.audience, secret.inject.is_empty()) {
+            (None, false) => {
+                return Err(err(format!("{field}.audience"), "a secret that is injected needs the one host it may be sent to"));
+            }
+            (Some(audience), _) => {
+                let pattern = HostPattern::parse(audience).map_err(|e| err(format!("{field}.audience"), e))?;
+                if pattern.to_string().starts_with('*') {
+                    return Err(err(format!("{field}.audience"), format!("`{audience}` must be one host, not a wildcard")));
+                }
+                if !network.contains(&pattern.to_string()) {
+                    return Err(err(format!("{field}.audience"), format!("`{audience}` is not in capabilities.network")));
+                }
+                if secret.inject.is_empty() {
+                    return Err(err(format!("{field}.inject"), "a secret with an audience must say where it is injected (url, header, body, frame)"));
+                }
+            }
+            (None, true) => {}
+        }
+    }
+    Ok(())
 }
 
 impl Verify {

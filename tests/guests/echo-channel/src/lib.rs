@@ -20,7 +20,7 @@ use serde::Deserialize;
 wit_bindgen::generate!({ path: "../../../wit/v0.2", world: "channel-plugin" });
 
 use exports::chitin::plugin::channel::{
-    Action, ChannelError, ChatKind, ChatStatus, Guest, HttpMethod, HttpRequest, HttpResponse, Inbound, Outgoing,
+    Action, ChannelError, ChatKind, ChatStatus, Guest, HttpMethod, HttpRequest, HttpResponse, Inbound, MediaRef, Outgoing,
     SocketEvent, Step, Trigger, WebhookRequest, WebhookResponse,
 };
 
@@ -151,8 +151,12 @@ impl Guest for Echo {
         Ok(vec![format!("{}:{}", message.chat_id, message.text.len())])
     }
 
-    fn stream_update(_chat_id: String, handle: Option<String>, _text_so_far: String, _done: bool) -> Result<String, ChannelError> {
+    fn stream_update(_chat_id: String, _thread: Option<String>, handle: Option<String>, _text_so_far: String, _done: bool) -> Result<String, ChannelError> {
         Ok(handle.unwrap_or_else(|| "stream-1".into()))
+    }
+
+    fn media_request(media: MediaRef) -> Result<HttpRequest, ChannelError> {
+        Ok(HttpRequest { method: HttpMethod::Get, url: format!("{API}/file/{}", media.reference), headers: vec![], body: vec![], timeout_ms: 0 })
     }
 
     fn set_status(_chat_id: String, _status: ChatStatus) -> Result<(), ChannelError> {
