@@ -53,6 +53,7 @@ pub mod channels;
 pub mod compact;
 pub mod config;
 pub mod cron;
+pub mod fsutil;
 pub mod gateway;
 pub mod plugins;
 pub mod provider;

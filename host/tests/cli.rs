@@ -124,6 +124,19 @@ fn onboard_writes_a_config_that_status_reads() {
     assert!(text.contains("gpt-4o-mini") && text.contains("api key: set") && text.contains("fs") && text.contains("workspace=read-write"), "{text}");
 }
 
+/// Runs `chitin ARGS` against `mock` and kills it with SIGKILL once the
+/// mock has seen `requests` requests (the last one may hang).
+fn kill_9_at_request(home: &std::path::Path, mock: &MockLlm, args: &[&str], requests: usize) {
+    let mut child = chitin(home, args).env("OPENAI_BASE_URL", mock.base_url()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while mock.request_count() < requests {
+        assert!(Instant::now() < deadline, "the run reached request {requests}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_during_a_turn_loses_nothing() {
     let mock = MockLlm::start(vec![
@@ -132,19 +145,7 @@ async fn kill_9_during_a_turn_loses_nothing() {
         MockReply::text("Welcome back."),
     ]);
     let home = tempfile::tempdir().unwrap();
-    let mut child = chitin(home.path(), &["agent", "-m", "make a file", "-s", "cli:crash"])
-        .env("OPENAI_BASE_URL", mock.base_url())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while mock.request_count() < 2 {
-        assert!(Instant::now() < deadline, "the turn reached its second request");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    kill_9_at_request(home.path(), &mock, &["agent", "-m", "make a file", "-s", "cli:crash"], 2);
     assert!(home.path().join("workspace/made.txt").exists());
 
     let out = run(chitin(home.path(), &["agent", "-m", "are you there?", "-s", "cli:crash"]).env("OPENAI_BASE_URL", mock.base_url()));
@@ -178,20 +179,8 @@ async fn kill_9_mid_goal_then_restart_resumes_the_goal_and_finishes_it() {
         MockReply::text("Both parts are written."),
     ]);
     let home = tempfile::tempdir().unwrap();
-    let mut child = chitin(home.path(), &["agent", "-m", "write both parts, take your time", "-s", "cli:goal"])
-        .env("OPENAI_BASE_URL", mock.base_url())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
     // The third request is the first continuation: the goal is mid-way.
-    while mock.request_count() < 3 {
-        assert!(Instant::now() < deadline, "the goal reached its continuation");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    kill_9_at_request(home.path(), &mock, &["agent", "-m", "write both parts, take your time", "-s", "cli:goal"], 3);
 
     // On disk: the goal still active, the interim answer and the
     // continuation boundary saved.

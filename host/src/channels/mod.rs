@@ -732,6 +732,17 @@ fn thread_of(message: &OutboundMessage) -> Option<String> {
     message.metadata.get(crate::bus::THREAD).and_then(Value::as_str).map(str::to_string)
 }
 
+/// `text` with a line naming the files that cannot go out: channel
+/// components get no file bytes yet (the `message` tool's attachments), and
+/// a file must never vanish without the user being told.
+fn with_unsent_files_noted(text: &str, files: &[PathBuf]) -> String {
+    if files.is_empty() {
+        return text.to_string();
+    }
+    let names: Vec<String> = files.iter().map(|f| f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned())).collect();
+    format!("{text}\n\n[{} file(s) not sent: this channel cannot send files yet: {}]", files.len(), names.join(", "))
+}
+
 /// Delivers one reply: the rate limit, then `deliver` with retries.
 async fn deliver_reply(name: &str, plugin: &LoadedPlugin, runtime: &PluginRuntime, rate: &mut RateLimit, message: &OutboundMessage) {
     loop {
@@ -745,10 +756,13 @@ async fn deliver_reply(name: &str, plugin: &LoadedPlugin, runtime: &PluginRuntim
     let outgoing = Outgoing {
         chat_id: message.chat_id.clone(),
         thread: thread_of(message),
-        text: message.content.clone(),
+        text: with_unsent_files_noted(&message.content, &message.media),
         reply_to: message.reply_to.clone(),
         media: Vec::new(),
     };
+    if !message.media.is_empty() {
+        tracing::warn!(channel = %name, chat = %message.chat_id, files = message.media.len(), "sending files to a channel is not supported yet; the reply says so");
+    }
     let mut attempt = 0;
     loop {
         match runtime.channel_deliver(plugin, &outgoing).await {
@@ -827,6 +841,13 @@ mod tests {
         let topic = accept(&mut record, "tg", &AllowFrom::Anyone, GroupPolicy::Mention, &inbound("e3", "x", Some("7")), now).unwrap();
         assert_eq!(topic.session_key(), "tg:c1:7");
         assert_eq!(topic.metadata["thread"], "7");
+    }
+
+    #[test]
+    fn files_a_channel_cannot_send_are_named_in_the_text() {
+        assert_eq!(with_unsent_files_noted("hi", &[]), "hi");
+        let text = with_unsent_files_noted("report", &[PathBuf::from("/ws/out/report.pdf")]);
+        assert_eq!(text, "report\n\n[1 file(s) not sent: this channel cannot send files yet: report.pdf]");
     }
 
     #[test]

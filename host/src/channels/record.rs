@@ -88,17 +88,8 @@ impl ChannelRecord {
     /// Writes the record atomically: temp file, `fsync`, rename, `fsync`
     /// of the directory.
     pub fn save(&self, path: &Path) -> Result<(), ChannelSetupError> {
-        let io = |what, source| ChannelSetupError::Io { what, path: path.to_path_buf(), source };
-        let dir = path.parent().unwrap_or(Path::new("."));
         let bytes = serde_json::to_vec(self).expect("a record serialises");
-        let tmp = path.with_extension("json.tmp");
-        let mut file = File::create(&tmp).map_err(|e| io("creating the channel record's temp file", e))?;
-        file.write_all(&bytes).map_err(|e| io("writing the channel record", e))?;
-        file.sync_all().map_err(|e| io("syncing the channel record", e))?;
-        drop(file);
-        std::fs::rename(&tmp, path).map_err(|e| io("renaming the channel record into place", e))?;
-        File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("syncing the channels directory", e))?;
-        Ok(())
+        crate::fsutil::write_atomic(path, &bytes).map_err(|(what, source)| ChannelSetupError::Io { what, path: path.to_path_buf(), source })
     }
 
     /// Whether `id` was taken already.
@@ -192,7 +183,7 @@ mod tests {
         assert_eq!(back.state, vec![0, 159, 255, b'7']);
         assert!(back.is_seen("upd-1") && !back.is_seen("upd-2"));
         assert_eq!(back.inbox[0].content, "hi");
-        assert!(!dir.path().join("c.json.tmp").exists(), "the temp file was renamed");
+        assert!(!dir.path().join("c.tmp").exists(), "the temp file was renamed");
         std::fs::write(&path, "{not json").unwrap();
         assert!(matches!(ChannelRecord::load(&path), Err(ChannelSetupError::Corrupt { .. })));
     }

@@ -306,21 +306,12 @@ fn clip_chars(text: &str, max: usize) -> String {
     out
 }
 
-/// Writes the jobs atomically: temp file, `fsync`, rename, `fsync` of the
-/// directory.
+/// Writes the jobs atomically ([`crate::fsutil::write_atomic`]).
 fn save(path: &Path, jobs: &[Job]) -> Result<(), CronError> {
-    use std::io::Write;
-    let io = |what, source| CronError::Io { what, path: path.to_path_buf(), source };
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| io("creating the cron directory", e))?;
+    std::fs::create_dir_all(dir).map_err(|source| CronError::Io { what: "creating the cron directory", path: dir.to_path_buf(), source })?;
     let bytes = serde_json::to_vec_pretty(&JobsFile { version: 1, jobs: jobs.to_vec() }).expect("jobs serialise");
-    let tmp = path.with_extension("json.tmp");
-    let mut file = std::fs::File::create(&tmp).map_err(|e| io("creating the cron jobs temp file", e))?;
-    file.write_all(&bytes).map_err(|e| io("writing the cron jobs", e))?;
-    file.sync_all().map_err(|e| io("syncing the cron jobs", e))?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(|e| io("renaming the cron jobs into place", e))?;
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("syncing the cron directory", e))
+    crate::fsutil::write_atomic(path, &bytes).map_err(|(what, source)| CronError::Io { what, path: path.to_path_buf(), source })
 }
 
 #[cfg(test)]
