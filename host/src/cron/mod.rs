@@ -281,7 +281,7 @@ fn message_of(job: &Job) -> InboundMessage {
 fn new_id(jobs: &[Job]) -> String {
     loop {
         let mut bytes = [0u8; 4];
-        getrandom(&mut bytes);
+        unique_bytes(&mut bytes);
         let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         if !jobs.iter().any(|j| j.id == id) {
             return id;
@@ -289,8 +289,9 @@ fn new_id(jobs: &[Job]) -> String {
     }
 }
 
-fn getrandom(bytes: &mut [u8]) {
-    // Uniqueness is all an id needs; the time and a counter are enough.
+/// Bytes that differ on every call: a job id needs uniqueness, not
+/// secrecy (ids are checked against the existing ones anyway).
+fn unique_bytes(bytes: &mut [u8]) {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let seed = Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64 ^ COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);

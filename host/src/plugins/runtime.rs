@@ -291,7 +291,7 @@ impl PluginRuntime {
             granted: plugin.grant.host.clone(),
             chats: plugin.grant.chats.clone(),
             services: self.services.read().expect("services lock").clone(),
-            call: None,
+            ..Default::default()
         };
         let clock = state.clock.clone();
         let mut store = Store::new(&self.engine, state);

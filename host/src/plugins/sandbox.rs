@@ -146,7 +146,18 @@ pub struct Privileged {
     pub services: Option<Arc<dyn HostServices>>,
     /// The conversation of the tool call, set by the host.
     pub call: Option<CallContext>,
+    /// Privileged calls made so far in this tool call (see
+    /// [`MAX_PRIVILEGED_CALLS`]).
+    pub calls: u32,
+    /// Whether a refusal was logged already in this tool call.
+    pub refusal_logged: bool,
 }
+
+/// Privileged calls one tool call may make, over all interfaces. Each can
+/// make the host queue a message, write the jobs file or start a run, all
+/// outside the guest's memory and time limits, so a guest calling in a loop
+/// is stopped here rather than flooding a chat or the bus.
+pub const MAX_PRIVILEGED_CALLS: u32 = 32;
 
 /// State of the `chitin:plugin/host` interface for one call.
 struct HostState {
@@ -343,14 +354,26 @@ impl v0_2::tool::chitin::plugin::host::Host for StoreState {
 impl StoreState {
     /// The services for a call to `interface`, or the refusal to give the
     /// guest: not granted, or no agent behind the call.
-    fn privileged_call(&self, interface: HostInterface) -> Result<(Arc<dyn HostServices>, &CallContext), String> {
-        let p = &self.privileged;
+    fn privileged_call(&mut self, interface: HostInterface) -> Result<(Arc<dyn HostServices>, CallContext), String> {
+        let plugin = &*self.host.plugin;
+        let p = &mut self.privileged;
         if !p.granted.contains(&interface) {
-            tracing::warn!(plugin = &*self.host.plugin, %interface, "privileged call refused: not granted");
-            return Err(services::not_granted(&self.host.plugin, interface, p.asked.contains(&interface)));
+            // Logged once per tool call: a guest calling in a loop must not
+            // flood the log either.
+            if !std::mem::replace(&mut p.refusal_logged, true) {
+                tracing::warn!(plugin, %interface, "privileged call refused: not granted");
+            }
+            return Err(services::not_granted(plugin, interface, p.asked.contains(&interface)));
         }
+        if p.calls >= MAX_PRIVILEGED_CALLS {
+            if !std::mem::replace(&mut p.refusal_logged, true) {
+                tracing::warn!(plugin, %interface, "privileged calls refused: over {MAX_PRIVILEGED_CALLS} in one tool call");
+            }
+            return Err(format!("{interface}: more than {MAX_PRIVILEGED_CALLS} privileged calls in one tool call; refused"));
+        }
+        p.calls += 1;
         match (&p.services, &p.call) {
-            (Some(services), Some(call)) => Ok((services.clone(), call)),
+            (Some(services), Some(call)) => Ok((services.clone(), call.clone())),
             _ => Err(format!("{interface}: {}", services::NO_SERVICES)),
         }
     }
@@ -360,7 +383,7 @@ impl v0_2::messaging::Host for StoreState {
     fn send(&mut self, message: v0_2::messaging::Message) -> Result<v0_2::messaging::Delivery, String> {
         let (services, call) = self.privileged_call(HostInterface::Messaging)?;
         let request = SendRequest { text: message.text, channel: message.channel, chat_id: message.chat_id, media: message.media };
-        let delivery = services.send_message(call, &self.privileged.chats, request)?;
+        let delivery = services.send_message(&call, &self.privileged.chats, request)?;
         Ok(v0_2::messaging::Delivery {
             channel: delivery.channel,
             chat_id: delivery.chat_id,
@@ -373,7 +396,7 @@ impl v0_2::messaging::Host for StoreState {
 impl v0_2::agents::Host for StoreState {
     async fn spawn(&mut self, task: String, label: Option<String>, wait: bool) -> Result<v0_2::agents::Subagent, String> {
         let (services, call) = self.privileged_call(HostInterface::Agents)?;
-        let future = services.spawn_subagent(call, SpawnRequest { task, label, wait });
+        let future = services.spawn_subagent(&call, SpawnRequest { task, label, wait });
         // Waiting for a subagent is not the plugin's time.
         let _paused = wait.then(|| self.clock.pause());
         future.await.map(wit_subagent)
@@ -381,7 +404,7 @@ impl v0_2::agents::Host for StoreState {
 
     fn status(&mut self) -> Result<Vec<v0_2::agents::Subagent>, String> {
         let (services, call) = self.privileged_call(HostInterface::Agents)?;
-        Ok(services.subagent_status(call)?.into_iter().map(wit_subagent).collect())
+        Ok(services.subagent_status(&call)?.into_iter().map(wit_subagent).collect())
     }
 }
 
@@ -410,17 +433,17 @@ impl v0_2::schedule::Host for StoreState {
             W::Cron(c) => services::When::Cron { expr: c.expr, tz: c.tz },
             W::At(a) => services::When::At { time: a.time, tz: a.tz },
         };
-        services.add_job(call, services::JobRequest { name: job.name, message: job.message, when }).map(wit_job)
+        services.add_job(&call, services::JobRequest { name: job.name, message: job.message, when }).map(wit_job)
     }
 
     fn list_jobs(&mut self) -> Result<Vec<v0_2::schedule::Job>, String> {
         let (services, call) = self.privileged_call(HostInterface::Schedule)?;
-        Ok(services.list_jobs(call)?.into_iter().map(wit_job).collect())
+        Ok(services.list_jobs(&call)?.into_iter().map(wit_job).collect())
     }
 
     fn remove_job(&mut self, id: String) -> Result<v0_2::schedule::Job, String> {
         let (services, call) = self.privileged_call(HostInterface::Schedule)?;
-        services.remove_job(call, &id).map(wit_job)
+        services.remove_job(&call, &id).map(wit_job)
     }
 }
 
@@ -431,7 +454,7 @@ fn wit_job(job: services::JobView) -> v0_2::schedule::Job {
 impl v0_2::goals::Host for StoreState {
     fn create(&mut self, objective: String, ui_summary: Option<String>) -> Result<v0_2::goals::Goal, String> {
         let (services, call) = self.privileged_call(HostInterface::Goals)?;
-        services.create_goal(call, objective, ui_summary).map(wit_goal)
+        services.create_goal(&call, objective, ui_summary).map(wit_goal)
     }
 
     fn update(
@@ -449,7 +472,7 @@ impl v0_2::goals::Host for StoreState {
             W::Block => GoalAction::Block,
             W::Replace => GoalAction::Replace,
         };
-        services.update_goal(call, GoalUpdate { action, recap, objective, ui_summary }).map(wit_goal)
+        services.update_goal(&call, GoalUpdate { action, recap, objective, ui_summary }).map(wit_goal)
     }
 }
 
@@ -578,5 +601,65 @@ impl tokio::io::AsyncWrite for CapturedOutput {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::bindings::v0_2::messaging::{Host as _, Message};
+    use crate::plugins::services::Delivery;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Counts the sends that reach the agent.
+    #[derive(Default)]
+    struct Counting(AtomicU32);
+
+    impl HostServices for Counting {
+        fn send_message(&self, call: &CallContext, _chats: &[String], _request: SendRequest) -> Result<Delivery, String> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(Delivery { channel: call.channel.clone(), chat_id: call.chat_id.clone(), current_chat: true, attachments: vec![] })
+        }
+    }
+
+    fn store(granted: Vec<HostInterface>, services: Arc<Counting>) -> StoreState {
+        let mut state = StoreState::new(&Arc::from("p"), &Grant::default(), Path::new("/nonexistent"), &Limits::default(), None, true, None, None).unwrap();
+        state.privileged = Privileged {
+            asked: vec![HostInterface::Messaging],
+            granted,
+            services: Some(services),
+            call: Some(CallContext { session_key: "t:1".into(), channel: "t".into(), chat_id: "1".into(), call_id: "c".into() }),
+            ..Default::default()
+        };
+        state
+    }
+
+    fn message() -> Message {
+        Message { text: "hi".into(), channel: None, chat_id: None, media: vec![] }
+    }
+
+    #[test]
+    fn a_guest_sending_in_a_loop_is_stopped_at_the_per_call_cap() {
+        let services = Arc::new(Counting::default());
+        let mut state = store(vec![HostInterface::Messaging], services.clone());
+        for _ in 0..MAX_PRIVILEGED_CALLS {
+            state.send(message()).expect("under the cap");
+        }
+        for _ in 0..1000 {
+            let e = state.send(message()).unwrap_err();
+            assert!(e.contains("more than 32 privileged calls"), "{e}");
+        }
+        assert_eq!(services.0.load(Ordering::SeqCst), MAX_PRIVILEGED_CALLS, "nothing past the cap reached the agent");
+    }
+
+    #[test]
+    fn an_ungranted_interface_is_refused_before_the_agent_sees_the_call() {
+        let services = Arc::new(Counting::default());
+        let mut state = store(vec![], services.clone());
+        for _ in 0..100 {
+            assert!(state.send(message()).unwrap_err().starts_with("capability not granted: messaging"));
+        }
+        assert_eq!(services.0.load(Ordering::SeqCst), 0);
+        assert!(state.privileged.refusal_logged);
     }
 }
