@@ -229,6 +229,11 @@ fn a_channel_plugin_is_inspected_installed_and_listed_with_its_world() {
     let out = run(chitin(home.path(), &["tool", "list"]));
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("read_file"), "{}", stdout(&out));
+    // Each tool's flags are listed: what the scheduler may run together.
+    let list = stdout(&out);
+    let line = |tool: &str| list.lines().find(|l| l.starts_with(&format!("{tool} "))).unwrap_or_default().to_string();
+    assert!(line("read_file").contains(" read-only,concurrency-safe "), "{list}");
+    assert!(line("write_file").contains(" - "), "{list}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

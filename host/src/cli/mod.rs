@@ -27,6 +27,7 @@ mod agent;
 mod gateway;
 mod onboard;
 mod plugin;
+mod scaffold;
 mod status;
 mod tool;
 
@@ -65,7 +66,7 @@ enum Command {
     Gateway(gateway::GatewayArgs),
     /// Show config, provider, plugins and grants.
     Status,
-    /// Inspect, list, pack and install plugins.
+    /// Inspect, list, pack, install, create and build plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
     /// Call tools directly, through the same registry and sandbox the agent uses.

@@ -1,4 +1,5 @@
-//! `chitin plugin inspect | list | pack | install`.
+//! `chitin plugin inspect | list | pack | install`; `new | build | wit` are
+//! in [`super::scaffold`].
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -51,6 +52,30 @@ pub enum PluginCommand {
         /// The component to install.
         file: PathBuf,
     },
+    /// Create a plugin that builds and passes its test: Rust, Python or JavaScript.
+    New {
+        /// The plugin name ([a-z][a-z0-9_-]*); also the directory, unless --dir.
+        name: String,
+        /// The plugin's language.
+        #[arg(long, value_enum)]
+        lang: super::scaffold::Lang,
+        /// Where to create it (default: ./NAME).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Build a plugin directory with its language's toolchain and pack its
+    /// manifest, into DIR/dist/NAME.wasm.
+    Build {
+        /// The plugin directory (default: the current one).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Write the WIT package (chitin.wit) for other component toolchains.
+    Wit {
+        /// Where to write it (default: ./wit).
+        #[arg(default_value = "wit")]
+        dir: PathBuf,
+    },
 }
 
 pub async fn run(cmd: PluginCommand, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
@@ -59,6 +84,9 @@ pub async fn run(cmd: PluginCommand, data: DataDir, options: AppOptions) -> anyh
         PluginCommand::List { json } => list(json, data, options),
         PluginCommand::Pack { manifest, input, output } => pack(&manifest, &input, &output),
         PluginCommand::Install { file } => install(&file, &data, &options).await,
+        PluginCommand::New { name, lang, dir } => super::scaffold::new(&name, lang, dir.as_deref()),
+        PluginCommand::Build { dir } => super::scaffold::build(&dir),
+        PluginCommand::Wit { dir } => super::scaffold::wit(&dir),
     }
 }
 
@@ -234,13 +262,19 @@ fn summarize_parameters(schema: &Value) -> String {
         .join(", ")
 }
 
-fn pack(manifest_path: &Path, input: &Path, output: &Path) -> anyhow::Result<ExitCode> {
+/// A manifest written as TOML (`plugin.toml`), validated.
+pub(super) fn manifest_from_toml(manifest_path: &Path) -> anyhow::Result<Manifest> {
     let text = std::fs::read_to_string(manifest_path).with_context(|| format!("cannot read {}", manifest_path.display()))?;
     let mut table: toml::Table = toml::from_str(&text).with_context(|| format!("{} is not valid TOML", manifest_path.display()))?;
     table.entry("manifest_version").or_insert(toml::Value::Integer(manifest::MANIFEST_VERSION.into()));
     let value = serde_json::to_value(&table)?;
     let manifest: Manifest = serde_json::from_value(value).with_context(|| format!("{}: not a valid manifest", manifest_path.display()))?;
     manifest.validate().with_context(|| format!("{}", manifest_path.display()))?;
+    Ok(manifest)
+}
+
+fn pack(manifest_path: &Path, input: &Path, output: &Path) -> anyhow::Result<ExitCode> {
+    let manifest = manifest_from_toml(manifest_path)?;
     let component = std::fs::read(input).with_context(|| format!("cannot read {}", input.display()))?;
     let packed = manifest::pack(&component, &manifest).with_context(|| format!("cannot pack {}", input.display()))?;
     std::fs::write(output, &packed).with_context(|| format!("cannot write {}", output.display()))?;

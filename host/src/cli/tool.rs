@@ -78,7 +78,14 @@ pub async fn run(cmd: ToolCommand, data: DataDir, mut options: AppOptions) -> an
             for name in app.tools.names() {
                 let spec = app.tools.spec(name).expect("listed names exist");
                 let plugin = app.tools.plugin_of(name).expect("listed names exist");
-                outln!("{:<16} {:<10} {}", shown(name, 64, "name"), shown(plugin.name(), 64, "name"), shown(first_line(&spec.description), 4096, "description"))?;
+                let flags = plugin.manifest.tools.iter().find(|t| t.name == name).map(|t| tool_flags(t.read_only, t.concurrency_safe)).unwrap_or_default();
+                outln!(
+                    "{:<16} {:<10} {:<20} {}",
+                    shown(name, 64, "name"),
+                    shown(plugin.name(), 64, "name"),
+                    flags,
+                    shown(first_line(&spec.description), 4096, "description")
+                )?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -110,6 +117,13 @@ fn print_result(result: &str) -> std::io::Result<()> {
         super::write_out_bytes(result.as_bytes())?;
         super::write_out_bytes(newline.as_bytes())
     }
+}
+
+/// `read-only,concurrency-safe`, `read-only`, ... or `-`: what the
+/// scheduler may do with a tool's calls.
+fn tool_flags(read_only: bool, concurrency_safe: bool) -> String {
+    let flags: Vec<&str> = [(read_only, "read-only"), (concurrency_safe, "concurrency-safe")].into_iter().filter(|(on, _)| *on).map(|(_, f)| f).collect();
+    if flags.is_empty() { "-".into() } else { flags.join(",") }
 }
 
 fn first_line(text: &str) -> &str {

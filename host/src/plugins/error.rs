@@ -61,6 +61,10 @@ pub enum PluginError {
     /// The guest panicked; `message` is its panic text when it printed one.
     #[error("{call} of plugin {plugin} panicked: {message}")]
     Panicked { plugin: String, call: Call, message: String },
+    /// The guest's language runtime (Python, JavaScript) aborted on an
+    /// exception the plugin did not catch; `message` is the exception.
+    #[error("{call} of plugin {plugin} raised an uncaught exception: {message}")]
+    Exception { plugin: String, call: Call, message: String },
     /// Any other trap.
     #[error("{call} of plugin {plugin} crashed: {message}")]
     Trap { plugin: String, call: Call, message: String },

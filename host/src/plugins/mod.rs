@@ -27,6 +27,7 @@ pub mod compile;
 pub mod configured;
 pub mod engine;
 mod error;
+mod guest_errors;
 pub mod grants;
 pub mod http;
 pub mod limits;

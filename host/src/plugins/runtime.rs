@@ -350,6 +350,7 @@ pub(super) enum Failure {
     Exited(i32),
     StackOverflow,
     Panicked(String),
+    Exception(String),
     Trap(String),
     OutputTooLarge(usize),
 }
@@ -364,6 +365,7 @@ impl Failure {
             Failure::Exited(code) => PluginError::Exited { plugin, call: tool, code },
             Failure::StackOverflow => PluginError::StackOverflow { plugin, call: tool },
             Failure::Panicked(message) => PluginError::Panicked { plugin, call: tool, message },
+            Failure::Exception(message) => PluginError::Exception { plugin, call: tool, message },
             Failure::Trap(message) => PluginError::Trap { plugin, call: tool, message },
             Failure::OutputTooLarge(size) => PluginError::OutputTooLarge { plugin, call: tool, size, limit: limits.max_output_bytes() },
         }
@@ -383,10 +385,14 @@ fn classify(error: &wasmtime::Error, state: &StoreState) -> Failure {
         return Failure::Resources;
     }
     let stderr = state.stderr.text();
+    let exception = super::guest_errors::uncaught_exception(&stderr);
     match error.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => Failure::Timeout,
         Some(Trap::StackOverflow) => Failure::StackOverflow,
         _ if stderr.contains("memory allocation of") => Failure::OutOfMemory,
+        // Language runtimes report an exception the plugin did not catch on
+        // stderr and then abort; the exception is what the model needs.
+        _ if exception.is_some() => Failure::Exception(exception.unwrap_or_default()),
         _ if stderr.contains("panicked") => Failure::Panicked(panic_message(&stderr)),
         Some(Trap::MemoryOutOfBounds) => Failure::Trap(with_stderr(
             "out of bounds memory access (a bug in the plugin, or its stack ran out in deep recursion)".into(),

@@ -555,9 +555,9 @@ fn guard_open_at(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     Ok(())
 }
 
-/// A bounded, shared capture of a guest output stream. Bytes past the
-/// capacity are dropped (the guest is not told), so a chatty plugin cannot
-/// grow host memory.
+/// A bounded, shared capture of a guest output stream: the last `capacity`
+/// bytes; older ones are dropped (the guest is not told), so a chatty
+/// plugin cannot grow host memory.
 #[derive(Clone)]
 pub struct CapturedOutput {
     buffer: Arc<Mutex<Vec<u8>>>,
@@ -589,9 +589,13 @@ impl StdoutStream for CapturedOutput {
 
 impl tokio::io::AsyncWrite for CapturedOutput {
     fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        // The last bytes are kept: a runtime prints the cause of an abort
+        // (a panic, a traceback) at the end, after whatever came before.
         let mut buffer = self.buffer.lock().expect("capture lock");
-        let room = self.capacity.saturating_sub(buffer.len());
-        buffer.extend_from_slice(&buf[..buf.len().min(room)]);
+        let tail = &buf[buf.len().saturating_sub(self.capacity)..];
+        let excess = (buffer.len() + tail.len()).saturating_sub(self.capacity);
+        buffer.drain(..excess);
+        buffer.extend_from_slice(tail);
         Poll::Ready(Ok(buf.len()))
     }
 
