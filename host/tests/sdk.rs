@@ -217,7 +217,52 @@ fn a_javascript_plugin_from_plugin_new_to_tool_call() {
     let out = call(home.path(), &wasm, "kaput", "{}", None);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(stderr(&out).trim(), "error: TypeError: the wheels came off");
+
+    // Without the SDK, `throw new Error(...)` is not a tool-error: the host
+    // names the thrown error instead of "invalid variant tag value". Built
+    // with the componentize script the build wrote.
+    let raw = home.path().join("raw");
+    std::fs::create_dir_all(&raw).unwrap();
+    std::fs::write(raw.join("app.js"), JS_RAW_PLUGIN).unwrap();
+    std::fs::write(raw.join("plugin.toml"), JS_RAW_MANIFEST).unwrap();
+    let componentize = Command::new("node")
+        .arg(dir.join(".chitin-build/componentize.mjs"))
+        .arg(modules.join("@bytecodealliance/componentize-js"))
+        .arg(raw.join("app.js"))
+        .arg(dir.join("wit"))
+        .arg(raw.join("raw.wasm"))
+        .output()
+        .unwrap();
+    assert!(componentize.status.success(), "{}", String::from_utf8_lossy(&componentize.stderr));
+    let packed = raw.join("packed.wasm");
+    let out = run(chitin(home.path(), &["plugin", "pack", "--manifest", raw.join("plugin.toml").to_str().unwrap(), raw.join("raw.wasm").to_str().unwrap(), "-o", packed.to_str().unwrap()]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = call(home.path(), &packed, "raw_throw", "{}", None);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stderr(&out);
+    assert!(text.contains("raised an uncaught exception: Error: \\x1b[31mbad thing happened (the plugin threw a value that is not a chitin tool-error"), "{text}");
+    assert!(!text.contains("invalid variant tag value"), "{text}");
 }
+
+/// A componentize-js plugin without the SDK that throws a plain Error
+/// (with a terminal escape in it, which must arrive escaped).
+const JS_RAW_PLUGIN: &str = r#"export const tool = {
+  invoke(name, argsJson, ctx) {
+    throw new Error("[31mbad thing happened");
+  },
+};
+"#;
+
+const JS_RAW_MANIFEST: &str = r#"name = "raw"
+version = "0.1.0"
+
+[[tools]]
+name = "raw_throw"
+description = "Throws a plain Error."
+
+[tools.parameters]
+type = "object"
+"#;
 
 #[test]
 fn a_rust_plugin_from_plugin_new_to_tool_call() {

@@ -107,9 +107,14 @@ function context(ctx) {
 }
 
 function asToolError(e) {
-  if (e instanceof ToolError) return e;
-  const text = e instanceof Error ? `${e.name}: ${e.message}` : `thrown: ${String(e)}`;
-  return new ToolError(text, "failed");
+  // Describing a thrown value can throw too (a getter, an object without
+  // toString); the tool error must come out whatever was thrown.
+  try {
+    if (e instanceof ToolError) return new ToolError(String(e.message), e.kind);
+    return new ToolError(e instanceof Error ? `${e.name}: ${e.message}` : `thrown: ${String(e)}`, "failed");
+  } catch {
+    return new ToolError("the tool threw a value that cannot be shown", "failed");
+  }
 }
 
 /**
@@ -128,7 +133,9 @@ export async function invoke(name, argsJson, ctx) {
   }
   try {
     const result = await t.run(args, context(ctx));
-    return typeof result === "string" ? result : JSON.stringify(result);
+    // JSON.stringify gives undefined for undefined and functions: the WIT
+    // result must be a string whatever the tool returned.
+    return typeof result === "string" ? result : (JSON.stringify(result) ?? "");
   } catch (e) {
     throw asToolError(e);
   }

@@ -272,6 +272,14 @@ def _host_call(what, text, level="info"):
         host.log(getattr(host.LogLevel, level.upper(), host.LogLevel.INFO), text)
 
 
+def _text(e):
+    """str(e), which can itself raise (a broken __str__)."""
+    try:
+        return str(e)
+    except Exception:
+        return "an exception that cannot be shown"
+
+
 def _export():
     """The class componentize-py instantiates for `chitin:plugin/tool`."""
     from componentize_py_types import Err
@@ -286,9 +294,9 @@ def _export():
             try:
                 return invoke(name, args_json, context)
             except ToolError as e:
-                raise Err(errors[e.kind](str(e))) from None
+                raise Err(errors.get(e.kind, wit.ToolError_Failed)(_text(e))) from None
             except BaseException as e:  # never let the runtime abort on it
-                raise Err(wit.ToolError_Failed(f"{type(e).__name__}: {e}")) from None
+                raise Err(wit.ToolError_Failed(f"{type(e).__name__}: {_text(e)}")) from None
 
     return Tool
 

@@ -642,6 +642,18 @@ mod tests {
         Message { text: "hi".into(), channel: None, chat_id: None, media: vec![] }
     }
 
+    /// A runtime prints why it aborts last: the capture keeps the end.
+    #[tokio::test]
+    async fn the_stderr_capture_keeps_the_last_bytes() {
+        use tokio::io::AsyncWriteExt as _;
+        let capture = CapturedOutput::new(8);
+        let mut writer = capture.clone();
+        writer.write_all(b"0123456789").await.unwrap();
+        assert_eq!(capture.text(), "23456789");
+        writer.write_all(b"ab").await.unwrap();
+        assert_eq!(capture.text(), "456789ab");
+    }
+
     #[test]
     fn a_guest_sending_in_a_loop_is_stopped_at_the_per_call_cap() {
         let services = Arc::new(Counting::default());
