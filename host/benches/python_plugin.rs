@@ -1,6 +1,6 @@
 //! A Python plugin's costs, through the binary. Prints figures; asserts nothing.
 //!
-//! Run: `cargo bench -p chitin --bench sdk` (needs componentize-py 0.25.1 on
+//! Run: `cargo bench -p chitin --bench python_plugin` (needs componentize-py 0.25.1 on
 //! PATH). Builds `examples/python-tool` with `chitin plugin build` (~18 MB
 //! component), then times: the build; `chitin plugin install` into a fresh
 //! data dir (validate, compile in the compile child, link, write); the
