@@ -32,4 +32,5 @@ pub use core::AgentCore;
 pub use responder::BusResponder;
 pub use runner::{AgentRunResult, AgentRunSpec, AgentRunner, StopReason};
 pub use sink::TurnSink;
-pub use turn::{StateTraceEntry, TurnContext, TurnState};
+pub use turn::{RunScope, StateTraceEntry, TurnContext, TurnState};
+pub use agent_loop::InternalRun;
