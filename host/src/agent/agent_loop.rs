@@ -24,7 +24,7 @@ use super::active::ActiveTurn;
 use super::commands::{self, Command, Parsed};
 use super::core::AgentCore;
 use super::pending::{KeepAlive, PendingQueue};
-use super::turn::{self, RunScope, TurnContext, TurnError, materialize_checkpoint};
+use super::turn::{self, FollowUp, RunScope, TurnContext, TurnError, materialize_checkpoint};
 use super::responder::BusResponder;
 use super::sink::TurnSink;
 use crate::bus::{InboundMessage, OutboundMessage, SYSTEM_CHANNEL};
@@ -304,7 +304,15 @@ impl AgentLoop {
     /// `stopped`, …), also when the turn was stopped or failed. Its tools
     /// and iteration limit are `run.scope`'s. The reply is returned, not
     /// published: the caller decides where it goes.
-    pub async fn run_internal(&self, run: InternalRun) -> OutboundMessage {
+    ///
+    /// Boxed, as a `Send` future: `/dream` runs Dream from inside
+    /// `process`, and Dream runs this, so the future types would otherwise
+    /// contain themselves.
+    pub fn run_internal(&self, run: InternalRun) -> std::pin::Pin<Box<dyn Future<Output = OutboundMessage> + Send + '_>> {
+        Box::pin(self.run_internal_inner(run))
+    }
+
+    async fn run_internal_inner(&self, run: InternalRun) -> OutboundMessage {
         let mut message = InboundMessage::new(&run.channel, "internal", &run.chat_id, run.content);
         message.session_key_override = Some(run.session_key);
         let (channel, chat_id) = (run.channel, run.chat_id);
@@ -353,6 +361,7 @@ impl AgentLoop {
         ctx.sink = sink;
         if let Some(scope) = scope {
             ctx.ephemeral = true;
+            ctx.internal = true;
             ctx.scope = scope;
         }
         let outcome = tokio::select! {
@@ -392,7 +401,17 @@ impl AgentLoop {
         for leftover in active.pending.take_all() {
             self.core.bus.publish_inbound(leftover);
         }
-        outcome
+        match outcome {
+            TurnOutcome::Done(mut ctx) if ctx.follow_up == Some(FollowUp::Dream) => {
+                let report = self.core.dream.run(self, super::dream::Trigger::Manual).await;
+                let (channel, chat_id) = ctx.inbound.reply_route();
+                let mut reply = OutboundMessage::reply(channel, chat_id, report.text);
+                reply.metadata.insert(crate::bus::STOP_REASON.into(), report.stop_reason.unwrap_or_else(|| "command".into()).into());
+                ctx.outbound = Some(reply);
+                TurnOutcome::Done(ctx)
+            }
+            other => other,
+        }
     }
 
     /// After `/stop`: the session on disk holds the user message and the last

@@ -16,6 +16,7 @@ pub mod attachments;
 pub mod agent_loop;
 pub mod commands;
 pub mod context;
+pub mod dream;
 pub mod goals;
 pub mod core;
 pub mod pending;

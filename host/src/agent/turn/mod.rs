@@ -144,6 +144,11 @@ pub struct TurnContext {
     pub ephemeral: bool,
     /// What an internal run narrows (`AgentLoop::run_internal`).
     pub scope: RunScope,
+    /// An internal run (`AgentLoop::run_internal`): its text is the host's
+    /// prompt, never a command.
+    pub internal: bool,
+    /// Work the loop does once this turn let go of its session (COMMAND).
+    pub follow_up: Option<FollowUp>,
     /// The runner's full result (RUN → SAVE).
     pub run_result: Option<AgentRunResult>,
     /// How many of the run's messages the checkpoints already appended to
@@ -162,6 +167,13 @@ pub struct TurnContext {
     pub consolidate_after: bool,
     /// The run's token usage (SAVE → RESPOND).
     pub usage: Option<crate::provider::Usage>,
+}
+
+/// What a command asks of the loop after its turn (see `AgentLoop::process`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowUp {
+    /// `/dream`: run Dream; its report is the turn's reply.
+    Dream,
 }
 
 /// The tools and iteration limit of an internal run, in place of the
@@ -210,6 +222,8 @@ impl TurnContext {
             sink: super::sink::silent(),
             ephemeral,
             scope: RunScope::default(),
+            follow_up: None,
+            internal: false,
             run_result: None,
             checkpointed_messages: 0,
             sent_to_chat: false,
