@@ -205,3 +205,67 @@ async fn dream_answers_in_the_gateway_and_runs_periodically() {
     stop.cancel();
     task.await.unwrap();
 }
+
+/// The heartbeat over the gateway's tick on a manual clock: nothing while
+/// `HEARTBEAT.md` holds no task, then one internal run whose answer reaches
+/// the chat that last wrote, and no delivery for `HEARTBEAT_OK`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_heartbeat_runs_heartbeat_md_tasks_and_answers_in_the_last_chat() {
+    use chitin::agent::heartbeat::{self, HEARTBEAT_TEMPLATE};
+    use chitin::compact::{Clock, ManualClock};
+    let quiet = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mock = MockLlm::with_handler({
+        let quiet = quiet.clone();
+        move |request, _| {
+            let text = request.to_string();
+            if !text.contains("[Heartbeat ") {
+                MockReply::text("hi")
+            } else if quiet.load(std::sync::atomic::Ordering::SeqCst) {
+                MockReply::text("HEARTBEAT_OK")
+            } else {
+                MockReply::text("Reminder: water the plants today.")
+            }
+        }
+    });
+    let t = std::sync::Arc::new(TestAgent::with_config(mock, "[agent.heartbeat]\nenabled = true\ninterval_secs = 60\n"));
+    let running = t.start_loop();
+    t.bus.publish_inbound(InboundMessage::new("telegram", "ana", "42", "hello"));
+    assert_eq!(next_reply(&t).await, "hi");
+    assert_eq!(t.agent.last_chat(), Some(("telegram".to_string(), "42".to_string())));
+    std::fs::write(t.workspace().join("HEARTBEAT.md"), HEARTBEAT_TEMPLATE).unwrap();
+
+    let clock = std::sync::Arc::new(ManualClock::new("2026-03-01T10:00:00Z".parse().unwrap()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(heartbeat::run_periodically(t.agent.clone(), clock.clone() as std::sync::Arc<dyn Clock>, Duration::from_millis(20), stop.clone()));
+    clock.advance(Duration::from_secs(61));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(t.mock.request_count(), 1, "the template holds no task: no model request");
+
+    std::fs::write(t.workspace().join("HEARTBEAT.md"), "# Tasks\n- [ ] remind me to water the plants\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(t.mock.request_count(), 1, "not due before the next interval");
+    clock.advance(Duration::from_secs(61));
+    let delivered = loop {
+        let message = tokio::time::timeout(Duration::from_secs(20), t.bus.consume_outbound()).await.expect("a delivery").expect("bus open");
+        // The earlier turn's end-of-turn event may come first.
+        if matches!(message.kind, chitin::bus::OutboundKind::Message { .. }) {
+            break message;
+        }
+    };
+    assert_eq!((delivered.channel.as_str(), delivered.chat_id.as_str()), ("telegram", "42"));
+    assert_eq!(delivered.content, "Reminder: water the plants today.");
+    let prompt = request_messages(&t.mock, 1).into_iter().find(|(role, _)| role == "user").unwrap().1;
+    assert!(prompt.contains("remind me to water the plants") && prompt.contains("HEARTBEAT_OK"), "{prompt}");
+
+    quiet.store(true, std::sync::atomic::Ordering::SeqCst);
+    clock.advance(Duration::from_secs(61));
+    wait_until(|| t.mock.request_count() == 3).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    while let Some(message) = t.bus.try_consume_outbound() {
+        assert!(!matches!(message.kind, chitin::bus::OutboundKind::Message { .. }), "HEARTBEAT_OK is not delivered: {}", message.content);
+    }
+    stop.cancel();
+    task.await.unwrap();
+    running.stop().await;
+    assert!(stored_keys(&t).iter().all(|k| !k.starts_with("heartbeat")), "{:?}", stored_keys(&t));
+}

@@ -73,13 +73,28 @@ pub struct AgentLoop {
     core: Arc<AgentCore>,
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     semaphore: Option<Arc<Semaphore>>,
+    /// The chat a person last wrote from (the heartbeat's default target).
+    last_chat: Arc<Mutex<Option<(String, String)>>>,
 }
+
+/// Channels whose chats cannot take a message nobody asked for: internal
+/// messages, and the API (a reply goes only to the request that asked).
+const NOT_A_CHAT: [&str; 2] = [SYSTEM_CHANNEL, "api"];
+
+/// Senders that are the host, not a person (cron jobs, goal resumes,
+/// subagents, internal runs).
+const HOST_SENDERS: [&str; 4] = [crate::cron::CRON_SENDER, "goal", super::subagents::SUBAGENT_SENDER, "internal"];
 
 impl AgentLoop {
     /// A loop over `core`.
     pub fn new(core: Arc<AgentCore>) -> Self {
         let limit = core.settings.max_concurrent_turns;
-        AgentLoop { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), core, locks: Default::default() }
+        AgentLoop { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), core, locks: Default::default(), last_chat: Default::default() }
+    }
+
+    /// The chat a person last wrote to this loop from, as (channel, chat id).
+    pub fn last_chat(&self) -> Option<(String, String)> {
+        self.last_chat.lock().expect("last chat").clone()
     }
 
     /// The shared services.
@@ -199,6 +214,9 @@ impl AgentLoop {
 
     fn accept(&self, message: InboundMessage, tasks: &mut JoinSet<()>) {
         let key = message.session_key();
+        if !NOT_A_CHAT.contains(&message.channel.as_str()) && !HOST_SENDERS.contains(&message.sender_id.as_str()) {
+            *self.last_chat.lock().expect("last chat") = Some((message.channel.clone(), message.chat_id.clone()));
+        }
         // A `system` message (a subagent's result) is never a command.
         let system = message.channel == SYSTEM_CHANNEL;
         if !system && commands::is_priority(&message.content) {

@@ -18,6 +18,7 @@ pub mod commands;
 pub mod context;
 pub mod dream;
 pub mod goals;
+pub mod heartbeat;
 pub mod core;
 pub mod pending;
 pub mod responder;
