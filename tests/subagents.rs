@@ -185,8 +185,32 @@ async fn wait_runs_inline_with_its_own_prompt_and_tools_and_nothing_of_the_sessi
     assert!(!sub[0].to_string().contains("secret-word-banana"), "nothing of the session reaches a subagent");
     let tools: Vec<&str> = sub[0]["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
     assert!(tools.contains(&"read_file") && tools.contains(&"slow_echo"), "{tools:?}");
-    assert!(!tools.contains(&"spawn") && !tools.contains(&"message"), "{tools:?}");
+    assert!(!tools.contains(&"spawn") && !tools.contains(&"message") && !tools.contains(&"subagents"), "{tools:?}");
     assert!(announcements(&t, "cli:test").is_empty(), "an inline result is not announced");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_subagents_tool_lists_this_conversations_running_subagents() {
+    // `agents.status` through the built-in plugin's `subagents` tool.
+    let mock = two_scripts(
+        vec![
+            calls(&[("subagents", json!({}))]),
+            calls(&[("spawn", json!({"task": "count the files", "label": "counter"}))]),
+            calls(&[("subagents", json!({}))]),
+            MockReply::text("It is running."),
+        ],
+        vec![calls(&[("slow_echo", json!({"text": "x", "ms": 1500}))]), MockReply::text("There are 3 files.")],
+    );
+    let t = TestAgent::with_config(mock, "\n[agent.subagents]\nkeep_alive_secs = 0\n");
+    assert_eq!(t.ask("count in the background").await, "It is running.");
+    let main = requests(&t.mock, false);
+    assert_eq!(last_tool_result(&main[1]), "No subagents are running in this conversation.");
+    let listed = last_tool_result(&main[3]);
+    assert!(listed.starts_with("Subagents running: 1\n- [counter] (id: ") && listed.contains(") running for "), "{listed}");
+    // Another conversation sees none of them.
+    let other = TestAgent::new(two_scripts(vec![calls(&[("subagents", json!({}))]), MockReply::text("none")], vec![]));
+    assert_eq!(other.ask("any?").await, "none");
+    assert_eq!(last_tool_result(&requests(&other.mock, false)[1]), "No subagents are running in this conversation.");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -153,6 +153,7 @@ impl App {
             started_at: std::time::Instant::now(),
             active,
             services,
+            dream: Arc::new(crate::agent::dream::Dream::new(agent.dream.clone(), self.workspace.clone(), self.data.root())),
         }
     }
 }

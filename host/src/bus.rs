@@ -26,6 +26,12 @@ pub const EPHEMERAL_HISTORY: &str = "_ephemeral_history";
 /// so a front end can tell a failure from a reply (the API answers 500).
 pub const TURN_FAILED: &str = "_failed";
 
+/// Outbound metadata key of a turn's reply: how its run ended
+/// (`completed`, `max_iterations`, `error`, `tool_error`,
+/// `empty_final_response`; `stopped` for `/stop`, `command` for a slash
+/// command; nanobot's `_stop_reason`). Internal runs (Dream) decide on it.
+pub const STOP_REASON: &str = "_stop_reason";
+
 /// Outbound metadata key of a reply: the turn's token usage,
 /// `{"prompt_tokens", "completion_tokens"}`, when the provider reported it.
 pub const USAGE: &str = "usage";

@@ -281,6 +281,52 @@ pub struct AgentConfig {
     pub goal_budget_secs: u64,
     /// `[agent.subagents]`: the `spawn` tool.
     pub subagents: SubagentConfig,
+    /// `[agent.dream]`: memory consolidation from the history archive.
+    pub dream: DreamConfig,
+    /// `[agent.heartbeat]`: periodic tasks from `HEARTBEAT.md`.
+    pub heartbeat: HeartbeatConfig,
+}
+
+/// `[agent.dream]`: Dream turns new `memory/history.jsonl` entries into
+/// edits of the memory files (`agent::dream`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DreamConfig {
+    /// Run Dream periodically in `chitin gateway` (`/dream` works anyway).
+    pub enabled: bool,
+    /// Seconds between periodic runs (nanobot: every 2 hours). At least 1.
+    pub interval_secs: u64,
+    /// Model requests one Dream run may make.
+    pub max_iterations: usize,
+    /// History entries one run reads at most (nanobot: 20).
+    pub max_entries: usize,
+}
+
+impl Default for DreamConfig {
+    fn default() -> Self {
+        DreamConfig { enabled: true, interval_secs: 7200, max_iterations: 30, max_entries: 20 }
+    }
+}
+
+/// `[agent.heartbeat]`: every `interval_secs` the gateway reads
+/// `HEARTBEAT.md`; when it lists tasks, an internal turn does them and its
+/// answer goes to `chat` (`agent::heartbeat`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HeartbeatConfig {
+    /// Off unless set.
+    pub enabled: bool,
+    /// Seconds between checks (nanobot: 1800). At least 1.
+    pub interval_secs: u64,
+    /// Where results go, `channel:chat_id` (`telegram:12345`); unset: the
+    /// chat that last wrote to the gateway.
+    pub chat: Option<String>,
+}
+
+impl Default for HeartbeatConfig {
+    fn default() -> Self {
+        HeartbeatConfig { enabled: false, interval_secs: 1800, chat: None }
+    }
 }
 
 /// `[agent.subagents]`: what a subagent (the `spawn` tool) may do.
@@ -328,6 +374,8 @@ impl Default for AgentConfig {
             stream: true,
             subagents: SubagentConfig::default(),
             goal_budget_secs: 1800,
+            dream: DreamConfig::default(),
+            heartbeat: HeartbeatConfig::default(),
         }
     }
 }

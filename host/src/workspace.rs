@@ -69,6 +69,16 @@ impl PartialEq for Workspace {
 
 impl Eq for Workspace {}
 
+/// What a directory entry is, seen without following symlinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    /// A FIFO, socket or device.
+    Other,
+}
+
 /// The result of a capped read.
 #[derive(Debug)]
 pub struct Capped {
@@ -137,6 +147,57 @@ impl Workspace {
         let mut bytes = Vec::with_capacity((meta.len() - start) as usize);
         file.take(max).read_to_end(&mut bytes).map_err(io("read", rel))?;
         Ok((bytes, start > 0))
+    }
+
+    /// Up to `cap` bytes of the regular file at `rel` from byte `offset`,
+    /// and the file's length (`offset` past the end reads nothing). `Ok(None)`
+    /// when it does not exist.
+    pub fn read_from(&self, rel: &Path, offset: u64, cap: usize) -> Result<Option<(Vec<u8>, u64)>, WorkspaceError> {
+        let Some((mut file, meta)) = self.open_regular(rel, OpenOptions::new().read(true), "read")? else {
+            return Ok(None);
+        };
+        if offset >= meta.len() {
+            return Ok(Some((Vec::new(), meta.len())));
+        }
+        file.seek(SeekFrom::Start(offset)).map_err(io("read", rel))?;
+        let mut bytes = Vec::with_capacity(((meta.len() - offset) as usize).min(cap));
+        file.take(cap as u64).read_to_end(&mut bytes).map_err(io("read", rel))?;
+        Ok(Some((bytes, meta.len())))
+    }
+
+    /// What is at `rel`, without following a symlink there: `None` when
+    /// nothing is.
+    pub fn kind_no_follow(&self, rel: &Path) -> Result<Option<EntryKind>, WorkspaceError> {
+        let rel = inside(rel)?;
+        match self.dir.symlink_metadata(rel) {
+            Ok(meta) if meta.file_type().is_symlink() => Ok(Some(EntryKind::Symlink)),
+            Ok(meta) if meta.is_dir() => Ok(Some(EntryKind::Dir)),
+            Ok(meta) if meta.is_file() => Ok(Some(EntryKind::File)),
+            Ok(_) => Ok(Some(EntryKind::Other)),
+            Err(e) if absent(&e) => Ok(None),
+            Err(source) => Err(WorkspaceError::Io { op: "stat", path: rel.to_path_buf(), source }),
+        }
+    }
+
+    /// Writes `rel` like [`Workspace::write`], but refuses when `rel` or any
+    /// directory on the way is a symlink (even one that stays inside), so a
+    /// write meant for `skills/x.md` can never land in another file a
+    /// plugin linked there. A plugin racing this check can at worst redirect
+    /// the write within the workspace (cap-std still keeps it inside).
+    pub fn write_no_follow(&self, rel: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
+        let rel = inside(rel)?;
+        let mut prefix = PathBuf::new();
+        for component in rel.components() {
+            prefix.push(component);
+            match self.kind_no_follow(&prefix)? {
+                Some(EntryKind::Symlink) => {
+                    return Err(WorkspaceError::NotRegular { path: prefix, kind: "a symlink" });
+                }
+                Some(EntryKind::Other) => return Err(WorkspaceError::NotRegular { path: prefix, kind: "a special file" }),
+                _ => {}
+            }
+        }
+        self.write(rel, bytes)
     }
 
     /// Appends `bytes` in one `write` (O_APPEND), creating the file and its

@@ -260,3 +260,76 @@ async fn the_message_tool_prints_in_the_cli_and_replaces_the_reply() {
     let result = mock.requests()[1]["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap()["content"].to_string();
     assert!(result.contains("`telegram` is not running here") && result.contains("chitin gateway"), "{result}");
 }
+
+/// Interactive `chitin agent`: a background subagent's result that comes
+/// after its turn ended is handled as a turn of its own and printed then,
+/// before the user types anything else.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_interactive_cli_prints_a_subagent_result_that_arrives_after_the_turn() {
+    use std::io::Write as _;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // The subagent keeps working until the main turn has answered, and two
+    // steps more, so its result comes after that turn.
+    let answered = Arc::new(AtomicUsize::new(0));
+    let mock = MockLlm::with_handler({
+        let answered = answered.clone();
+        move |request, _| {
+            let system = request["messages"][0]["content"].as_str().unwrap_or_default();
+            let text = request.to_string();
+            if system.starts_with("# Subagent") {
+                let after = answered.load(Ordering::SeqCst);
+                if after == 0 || after < 3 {
+                    if after > 0 {
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    return MockReply::tool_call("list_dir", r#"{"path":"."}"#);
+                }
+                return MockReply::text("SUB-RESULT: 42 files");
+            }
+            if text.contains("SUB-RESULT") {
+                return MockReply::text("Your background count finished: 42 files.");
+            }
+            if request["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+                answered.store(1, Ordering::SeqCst);
+                return MockReply::text("Started it in the background.");
+            }
+            MockReply::tool_call("spawn", r#"{"task":"count the files","label":"count"}"#)
+        }
+    });
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("config.toml"), "[agent.subagents]\nkeep_alive_secs = 0\n").unwrap();
+    let mut child = chitin(home.path(), &["agent", "-s", "cli:late"])
+        .env("OPENAI_BASE_URL", mock.base_url())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"count my files\n").unwrap();
+    stdin.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let late_turn = |m: &MockLlm| {
+        m.requests().iter().any(|r| r.to_string().contains("SUB-RESULT") && !r["messages"][0]["content"].as_str().unwrap_or_default().starts_with("# Subagent"))
+    };
+    while !late_turn(&mock) {
+        assert!(Instant::now() < deadline, "no turn for the subagent's result; requests: {}", mock.request_count());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Printed without another line typed; then the user leaves.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(stdin);
+    let (done, wait) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    let out = wait.recv_timeout(Duration::from_secs(30)).expect("chitin agent exits at end of input").unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let first = text.find("chitin › Started it in the background.").unwrap_or_else(|| panic!("{text}"));
+    let late = text.find("chitin › Your background count finished: 42 files.").unwrap_or_else(|| panic!("{text}"));
+    assert!(first < late, "{text}");
+    // The result was stored in the session once, with the turn it started.
+    let session = JsonlStore::new(home.path().join("sessions")).load("cli:late").unwrap();
+    let results = session.messages.iter().filter(|m| m.text().contains("SUB-RESULT")).count();
+    assert_eq!(results, 1, "{:?}", session.messages);
+}

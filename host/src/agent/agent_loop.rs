@@ -24,7 +24,7 @@ use super::active::ActiveTurn;
 use super::commands::{self, Command, Parsed};
 use super::core::AgentCore;
 use super::pending::{KeepAlive, PendingQueue};
-use super::turn::{self, TurnContext, TurnError, materialize_checkpoint};
+use super::turn::{self, FollowUp, RunScope, TurnContext, TurnError, materialize_checkpoint};
 use super::responder::BusResponder;
 use super::sink::TurnSink;
 use crate::bus::{InboundMessage, OutboundMessage, SYSTEM_CHANNEL};
@@ -40,6 +40,22 @@ pub const BUSY_TEXT: &str = "A task is still running. Wait for it, or /stop it f
 
 /// Reply to a `/stop` that stopped a turn.
 pub const STOPPED_TEXT: &str = "Stopped. Finished tool steps are kept.";
+
+/// An internal run for [`AgentLoop::run_internal`].
+pub struct InternalRun {
+    /// The prompt, as the turn's user message.
+    pub content: String,
+    /// A key of its own (`dream:20260301-101500`): it is never stored, and
+    /// the key keeps it apart from every conversation's lock.
+    pub session_key: String,
+    /// The chat it acts in (what a plugin call sees as the current chat).
+    pub channel: String,
+    pub chat_id: String,
+    /// Its tools and iteration limit.
+    pub scope: RunScope,
+    /// Where its progress goes.
+    pub sink: Arc<dyn TurnSink>,
+}
 
 /// How a turn ended, for the caller of `process`.
 pub enum TurnOutcome {
@@ -57,13 +73,28 @@ pub struct AgentLoop {
     core: Arc<AgentCore>,
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     semaphore: Option<Arc<Semaphore>>,
+    /// The chat a person last wrote from (the heartbeat's default target).
+    last_chat: Arc<Mutex<Option<(String, String)>>>,
 }
+
+/// Channels whose chats cannot take a message nobody asked for: internal
+/// messages, and the API (a reply goes only to the request that asked).
+const NOT_A_CHAT: [&str; 2] = [SYSTEM_CHANNEL, "api"];
+
+/// Senders that are the host, not a person (cron jobs, goal resumes,
+/// subagents, internal runs).
+const HOST_SENDERS: [&str; 4] = [crate::cron::CRON_SENDER, "goal", super::subagents::SUBAGENT_SENDER, "internal"];
 
 impl AgentLoop {
     /// A loop over `core`.
     pub fn new(core: Arc<AgentCore>) -> Self {
         let limit = core.settings.max_concurrent_turns;
-        AgentLoop { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), core, locks: Default::default() }
+        AgentLoop { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), core, locks: Default::default(), last_chat: Default::default() }
+    }
+
+    /// The chat a person last wrote to this loop from, as (channel, chat id).
+    pub fn last_chat(&self) -> Option<(String, String)> {
+        self.last_chat.lock().expect("last chat").clone()
     }
 
     /// The shared services.
@@ -183,6 +214,9 @@ impl AgentLoop {
 
     fn accept(&self, message: InboundMessage, tasks: &mut JoinSet<()>) {
         let key = message.session_key();
+        if !NOT_A_CHAT.contains(&message.channel.as_str()) && !HOST_SENDERS.contains(&message.sender_id.as_str()) {
+            *self.last_chat.lock().expect("last chat") = Some((message.channel.clone(), message.chat_id.clone()));
+        }
         // A `system` message (a subagent's result) is never a command.
         let system = message.channel == SYSTEM_CHANNEL;
         if !system && commands::is_priority(&message.content) {
@@ -280,9 +314,49 @@ impl AgentLoop {
         self.process(message, sink).await
     }
 
+    /// Runs an internal turn (nanobot's `process_direct(..., ephemeral=True)`,
+    /// used by Dream and the heartbeat): nothing is persisted (no session
+    /// file, no checkpoint, no consolidation), its output goes to
+    /// `run.sink` only, and the returned reply always carries
+    /// [`crate::bus::STOP_REASON`] (`completed`, `max_iterations`, `error`,
+    /// `stopped`, …), also when the turn was stopped or failed. Its tools
+    /// and iteration limit are `run.scope`'s. The reply is returned, not
+    /// published: the caller decides where it goes.
+    ///
+    /// Boxed, as a `Send` future: `/dream` runs Dream from inside
+    /// `process`, and Dream runs this, so the future types would otherwise
+    /// contain themselves.
+    pub fn run_internal(&self, run: InternalRun) -> std::pin::Pin<Box<dyn Future<Output = OutboundMessage> + Send + '_>> {
+        Box::pin(self.run_internal_inner(run))
+    }
+
+    async fn run_internal_inner(&self, run: InternalRun) -> OutboundMessage {
+        let mut message = InboundMessage::new(&run.channel, "internal", &run.chat_id, run.content);
+        message.session_key_override = Some(run.session_key);
+        let (channel, chat_id) = (run.channel, run.chat_id);
+        let outcome = self.process_scoped(message, run.sink, Some(run.scope)).await;
+        let (mut reply, reason) = match outcome {
+            TurnOutcome::Done(mut ctx) => {
+                let reason = ctx.stop_reason_text();
+                // A `message` tool answered the chat itself: an empty reply.
+                (ctx.outbound.take().unwrap_or_else(|| OutboundMessage::reply(&channel, &chat_id, "")), reason)
+            }
+            TurnOutcome::Cancelled => (OutboundMessage::reply(&channel, &chat_id, STOPPED_TEXT), "stopped".to_string()),
+            TurnOutcome::Failed(e) => (OutboundMessage::reply(&channel, &chat_id, format!("The internal run failed: {e}")), "error".to_string()),
+        };
+        reply.metadata.insert(crate::bus::STOP_REASON.into(), reason.into());
+        reply
+    }
+
     /// Runs one turn under the session lock and the global semaphore; its
     /// output goes to `sink` as it happens.
     pub async fn process(&self, message: InboundMessage, sink: Arc<dyn TurnSink>) -> TurnOutcome {
+        self.process_scoped(message, sink, None).await
+    }
+
+    /// [`AgentLoop::process`]; with a `scope`, the turn is an ephemeral
+    /// internal run with those tools and limits.
+    async fn process_scoped(&self, message: InboundMessage, sink: Arc<dyn TurnSink>, scope: Option<RunScope>) -> TurnOutcome {
         let key = message.session_key();
         let lock = self.lock_for(&key);
         let serial = lock.lock().await;
@@ -303,6 +377,11 @@ impl AgentLoop {
         let mut ctx = TurnContext::new(message);
         ctx.pending = Some(active.pending.clone());
         ctx.sink = sink;
+        if let Some(scope) = scope {
+            ctx.ephemeral = true;
+            ctx.internal = true;
+            ctx.scope = scope;
+        }
         let outcome = tokio::select! {
             result = turn::drive(&self.core, &mut ctx) => match result {
                 Ok(()) => {
@@ -325,8 +404,11 @@ impl AgentLoop {
                 }
             },
             _ = active.cancel.cancelled() => {
+                let ephemeral = ctx.ephemeral;
                 drop(ctx);
-                self.restore_after_cancel(&key);
+                if !ephemeral {
+                    self.restore_after_cancel(&key);
+                }
                 TurnOutcome::Cancelled
             }
         };
@@ -337,7 +419,17 @@ impl AgentLoop {
         for leftover in active.pending.take_all() {
             self.core.bus.publish_inbound(leftover);
         }
-        outcome
+        match outcome {
+            TurnOutcome::Done(mut ctx) if ctx.follow_up == Some(FollowUp::Dream) => {
+                let report = self.core.dream.run(self, super::dream::Trigger::Manual).await;
+                let (channel, chat_id) = ctx.inbound.reply_route();
+                let mut reply = OutboundMessage::reply(channel, chat_id, report.text);
+                reply.metadata.insert(crate::bus::STOP_REASON.into(), report.stop_reason.unwrap_or_else(|| "command".into()).into());
+                ctx.outbound = Some(reply);
+                TurnOutcome::Done(ctx)
+            }
+            other => other,
+        }
     }
 
     /// After `/stop`: the session on disk holds the user message and the last

@@ -15,6 +15,8 @@ pub enum Command {
     Help,
     /// Set the session's sustained goal (`/goal <task>`) or show it.
     Goal,
+    /// Run Dream now (`agent::dream`).
+    Dream,
 }
 
 /// Every command with its one-line help.
@@ -23,6 +25,7 @@ pub const COMMANDS: &[(&str, Command, &str)] = &[
     ("stop", Command::Stop, "stop the running task and this chat's subagents; finished tool steps are kept"),
     ("status", Command::Status, "model, token and context use, session size, uptime, active tasks, running subagents, the goal"),
     ("goal", Command::Goal, "<task>: work on a long-running task until it is done; alone: show the goal"),
+    ("dream", Command::Dream, "fold the conversation history archived since the last Dream into MEMORY.md, USER.md, SOUL.md and skills/"),
     ("help", Command::Help, "this list"),
 ];
 

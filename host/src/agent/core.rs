@@ -42,6 +42,9 @@ pub struct AgentCore {
     pub consolidator: Consolidator,
     /// Idle compaction, scanned from `AgentLoop::run`.
     pub auto_compact: AutoCompact,
+    /// Memory consolidation from the history archive (`/dream`, periodic
+    /// in the gateway).
+    pub dream: Arc<super::dream::Dream>,
 }
 
 /// Archived history entries of a session shown in its system prompt.
@@ -84,7 +87,7 @@ impl AgentCore {
                 None => super::goals::goal_of(session),
             },
         };
-        let text = super::commands::status_text(&facts, session);
+        let text = format!("{}\n{}", super::commands::status_text(&facts, session), self.dream.status_line());
         match self.services.subagents().and_then(|m| m.status_lines(&session.key)) {
             Some(lines) => format!("{text}\n{lines}"),
             None => text,

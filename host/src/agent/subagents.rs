@@ -65,7 +65,7 @@ pub const MAX_TASK_BYTES: usize = 32 * 1024;
 pub const MAX_LABEL_BYTES: usize = 60;
 
 /// The tools a subagent never gets by default.
-const NOT_FOR_SUBAGENTS: [&str; 2] = ["spawn", "message"];
+const NOT_FOR_SUBAGENTS: [&str; 3] = ["spawn", "subagents", "message"];
 
 /// The conversation a subagent reports to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,12 +107,14 @@ impl SubagentManager {
         let allow_spawn = scope.allow_spawn;
         let listed = scope.tools.clone();
         let tools = main_tools.restricted(|name| {
-            if name == "spawn" && !allow_spawn {
+            // `subagents` lists what `spawn` started: both or neither.
+            let spawning = matches!(name, "spawn" | "subagents");
+            if spawning && !allow_spawn {
                 return false;
             }
             match &listed {
                 Some(list) => list.iter().any(|n| n == name),
-                None => !NOT_FOR_SUBAGENTS.contains(&name) || (name == "spawn" && allow_spawn),
+                None => !NOT_FOR_SUBAGENTS.contains(&name) || (spawning && allow_spawn),
             }
         });
         SubagentManager { settings, runner, tools, workspace, bus, active, running: Mutex::new(HashMap::new()), next: AtomicU64::new(1) }

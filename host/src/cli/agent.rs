@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use rustyline::DefaultEditor;
+use rustyline::{DefaultEditor, ExternalPrinter};
 use rustyline::error::ReadlineError;
 
 use chitin::agent::sink::{TurnSink, args_preview, tool_name};
@@ -178,6 +178,15 @@ async fn interactive(agent: &AgentLoop, progress: &Arc<Progress>, session: &str,
     let mut editor = DefaultEditor::new().context("starting the line editor")?;
     let history = data.cli_history_file();
     let _ = editor.load_history(&history);
+    // Results that come after their turn ended (a background subagent's)
+    // are printed above the prompt; without a terminal, straight to stdout.
+    // (rustyline's printer hands text to its own line editing, which runs
+    // only on a terminal.)
+    let printer = match std::io::stdin().is_terminal() {
+        true => editor.create_external_printer().ok().map(|p| Box::new(p) as Box<dyn ExternalPrinter + Send>),
+        false => None,
+    };
+    let late = tokio::spawn(late_results(agent.clone(), printer));
     errln!("chitin — session {}. Type /help for commands, `exit` to leave, Ctrl-C stops a running turn.", for_terminal(session));
     loop {
         let line = match editor.readline("you › ") {
@@ -219,7 +228,40 @@ async fn interactive(agent: &AgentLoop, progress: &Arc<Progress>, session: &str,
         }
         std::io::stdout().flush().context("writing to stdout")?;
     }
+    late.abort();
     let _ = editor.save_history(&history);
     agent.core().sessions.sync().context("syncing the session")?;
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Between turns, what arrives on the bus for this process is a background
+/// subagent's result (a `system` message; while a turn runs, that turn
+/// takes it instead) or a message a stopped turn left unhandled: each is
+/// handled as the gateway handles it, as a turn of its own (under the same
+/// session lock as the chat's turns), and its reply is printed as it comes,
+/// not only when the user types again.
+async fn late_results(agent: AgentLoop, mut printer: Option<Box<dyn ExternalPrinter + Send>>) {
+    while let Some(message) = agent.core().bus.consume_inbound().await {
+        let outcome = agent.process(message, chitin::agent::sink::silent()).await;
+        let text = match outcome {
+            TurnOutcome::Done(ctx) => match ctx.outbound {
+                Some(reply) => format!("chitin › {}\n", for_terminal(&reply.content)),
+                None => continue,
+            },
+            TurnOutcome::Cancelled => continue,
+            TurnOutcome::Failed(e) => format!("error: {}\n", for_terminal(&e.to_string())),
+        };
+        match printer.as_mut() {
+            Some(printer) => {
+                if let Err(e) = printer.print(text) {
+                    tracing::warn!("printing a late result failed: {e}");
+                }
+            }
+            None => {
+                if outln!("{text}").is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }

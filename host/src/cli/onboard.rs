@@ -32,6 +32,20 @@ stream = true
 goal_budget_secs = 1800        # one turn's work on an active /goal
 # temperature = 0.7
 
+# Dream: folds the conversation history into memory/MEMORY.md, USER.md,
+# SOUL.md and skills/ (also by hand with /dream).
+[agent.dream]
+enabled = true                 # periodically in `chitin gateway`
+interval_secs = 7200
+max_iterations = 30
+
+# Heartbeat: `chitin gateway` reads HEARTBEAT.md every interval and does the
+# tasks it lists, answering in `chat` (default: the chat that wrote last).
+[agent.heartbeat]
+enabled = false
+interval_secs = 1800
+# chat = "telegram:12345"
+
 # Any OpenAI-compatible endpoint: OpenAI, OpenRouter, vLLM, Ollama, ...
 [providers.openai]
 base_url = "https://api.openai.com/v1"
@@ -82,7 +96,7 @@ pub fn run(data: &DataDir, force: bool) -> anyhow::Result<ExitCode> {
     // Through the workspace handle: a plugin may have planted a dangling
     // symlink at one of these names to make onboarding write outside.
     let files = Workspace::open(&workspace)?;
-    for (file, text) in [("AGENTS.md", AGENTS_MD), ("SOUL.md", SOUL_MD), ("USER.md", USER_MD), ("memory/MEMORY.md", MEMORY_MD)] {
+    for (file, text) in [("AGENTS.md", AGENTS_MD), ("SOUL.md", SOUL_MD), ("USER.md", USER_MD), ("memory/MEMORY.md", MEMORY_MD), ("HEARTBEAT.md", chitin::agent::heartbeat::HEARTBEAT_TEMPLATE)] {
         write_if_missing(&files, Path::new(file), text)?;
     }
     files.create_dir_all(Path::new("skills"))?;

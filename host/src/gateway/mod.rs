@@ -203,6 +203,12 @@ impl Gateway {
             .collect();
         // Cron stops with the channels: both are intake.
         let cron_task = cron.map(|cron| tokio::spawn(cron.run(bus.clone(), agent.core().active.clone(), CRON_TICK, channel_stop.clone())));
+        // Dream (memory consolidation) stops with the intake too.
+        let dream_task = agent.core().settings.dream.enabled.then(|| tokio::spawn(crate::agent::dream::run_periodically(agent.clone(), channel_stop.clone())));
+        let heartbeat_task = agent.core().settings.heartbeat.enabled.then(|| {
+            let clock: Arc<dyn crate::compact::Clock> = Arc::new(crate::compact::SystemClock);
+            tokio::spawn(crate::agent::heartbeat::run_periodically(agent.clone(), clock, CRON_TICK, channel_stop.clone()))
+        });
         let server_stop = CancellationToken::new();
         let server = tokio::spawn(serve(listener, state.clone(), server_stop.clone()));
 
@@ -240,6 +246,9 @@ impl Gateway {
         router_task.abort();
         web_task.abort();
         if let Some(task) = cron_task {
+            let _ = task.await;
+        }
+        for task in [dream_task, heartbeat_task].into_iter().flatten() {
             let _ = task.await;
         }
         // Whatever a late turn wrote after the loop's flush; and the error,

@@ -4,4 +4,4 @@
 mod cast;
 mod registry;
 
-pub use registry::{json_kind, PreparedCall, ToolError, ToolRegistry};
+pub use registry::{CallGuard, json_kind, PreparedCall, ToolError, ToolRegistry};

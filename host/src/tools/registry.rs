@@ -30,6 +30,10 @@ pub enum ToolError {
     /// The plugin failed, trapped, timed out, or returned its own error.
     #[error(transparent)]
     Plugin(#[from] PluginError),
+    /// The registry's call guard refused the call before it ran (a Dream
+    /// run writing outside the memory files).
+    #[error("`{tool}` refused: {reason}")]
+    Refused { tool: String, reason: String },
     /// Two plugins export the same tool name.
     #[error("tool `{tool}` is defined by both {first} and {second}")]
     Duplicate { tool: String, first: String, second: String },
@@ -71,7 +75,16 @@ struct Inner {
     /// Their byte length, an upper bound of the count that needs no
     /// tokenizer (see `tokens::Counted`).
     definitions_bound: OnceLock<usize>,
+    /// Every call of this registry runs with this directory preopened in
+    /// place of the agent's workspace (Dream's staging copy).
+    workspace: Option<std::path::PathBuf>,
+    /// Checked before every call; an `Err` refuses it with that reason.
+    guard: Option<CallGuard>,
 }
+
+/// A check every call of a registry passes before it runs: the tool's name
+/// and its validated arguments; `Err(reason)` refuses the call.
+pub type CallGuard = Arc<dyn Fn(&str, &Value) -> Result<(), String> + Send + Sync>;
 
 impl ToolRegistry {
     /// Registers every tool of every plugin in `catalog`. A tool whose name
@@ -97,7 +110,18 @@ impl ToolRegistry {
             }
         }
         let definitions: Arc<[Value]> = tools.values().map(|e| definition(&e.spec)).collect();
-        Ok(ToolRegistry { inner: Arc::new(Inner { runtime, tools, definitions, definitions_tokens: OnceLock::new(), definitions_bound: OnceLock::new(), conflicts }) })
+        Ok(ToolRegistry {
+            inner: Arc::new(Inner {
+                runtime,
+                tools,
+                definitions,
+                definitions_tokens: OnceLock::new(),
+                definitions_bound: OnceLock::new(),
+                conflicts,
+                workspace: None,
+                guard: None,
+            }),
+        })
     }
 
     /// A registry with only the tools `keep` admits (a subagent's scope):
@@ -118,7 +142,20 @@ impl ToolRegistry {
             conflicts: Vec::new(),
             definitions_tokens: OnceLock::new(),
             definitions_bound: OnceLock::new(),
+            workspace: self.inner.workspace.clone(),
+            guard: self.inner.guard.clone(),
         };
+        ToolRegistry { inner: Arc::new(inner) }
+    }
+
+    /// This registry confined: every call runs with `workspace` preopened
+    /// instead of the agent's workspace (same grant level), after `guard`
+    /// admitted it. The host enforces both, whatever the model was told.
+    pub fn confined(&self, workspace: std::path::PathBuf, guard: CallGuard) -> ToolRegistry {
+        let restricted = self.restricted(|_| true);
+        let mut inner = Arc::try_unwrap(restricted.inner).unwrap_or_else(|_| unreachable!("a fresh registry has one owner"));
+        inner.workspace = Some(workspace);
+        inner.guard = Some(guard);
         ToolRegistry { inner: Arc::new(inner) }
     }
 
@@ -203,8 +240,12 @@ impl ToolRegistry {
     /// Runs a prepared call in the plugin's sandbox.
     pub async fn execute(&self, call: &PreparedCall, ctx: &CallContext, progress: Option<ProgressSink>) -> Result<String, ToolError> {
         let entry = self.inner.tools.get(&call.tool).ok_or_else(|| self.not_found(&call.tool))?;
+        if let Some(guard) = &self.inner.guard {
+            guard(&call.tool, &call.args).map_err(|reason| ToolError::Refused { tool: call.tool.clone(), reason })?;
+        }
         let args = serde_json::to_string(&call.args).expect("a JSON value always serializes");
-        Ok(self.inner.runtime.call(&entry.plugin, &call.tool, &args, ctx, progress).await?)
+        let workspace = self.inner.workspace.as_deref();
+        Ok(self.inner.runtime.call_in(&entry.plugin, &call.tool, &args, ctx, progress, workspace).await?)
     }
 
     /// `prepare_call`, then the call with `workspace` preopened in place of

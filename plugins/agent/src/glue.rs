@@ -39,6 +39,11 @@ impl Guest for Agent {
                     Err(e) => Err(ToolError::Failed(e)),
                 }
             }
+            "subagents" => match agents::status() {
+                Ok(list) => Ok(spawn::status_text(&list.into_iter().map(|s| (s.label, s.id, s.elapsed_ms)).collect::<Vec<_>>())),
+                Err(e) if spawn::is_denial(&e) => Err(ToolError::Denied(e)),
+                Err(e) => Err(ToolError::Failed(e)),
+            },
             "cron" => {
                 let request = CronArgs::request(&args_json).map_err(ToolError::InvalidArgs)?;
                 let refused = |e: String| if message::is_denial(&e) { ToolError::Denied(e) } else { ToolError::Failed(e) };

@@ -7,6 +7,7 @@
 //!   to the request and the answer to text for the model.
 //! - `spawn`: `agents.spawn`. The host runs the subagent (its prompt, its
 //!   tools, the concurrency limit) and announces a background result.
+//! - `subagents`: `agents.status`, the running subagents of the conversation.
 //! - `cron`: `schedule.add-job` / `list-jobs` / `remove-job` ([`cron`]).
 //! - `create_goal`, `update_goal`: `goals.create` / `goals.update` on the
 //!   current session's sustained goal ([`goal`]).

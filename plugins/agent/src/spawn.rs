@@ -35,6 +35,19 @@ pub fn waited_text(label: &str, state: &str, answer: Option<&str>) -> String {
     }
 }
 
+/// The answer of the `subagents` tool: `(label, id, elapsed ms)` of each
+/// running subagent, one line each (as `/status` shows them).
+pub fn status_text(running: &[(String, String, u64)]) -> String {
+    if running.is_empty() {
+        return "No subagents are running in this conversation.".to_string();
+    }
+    let mut text = format!("Subagents running: {}", running.len());
+    for (label, id, elapsed_ms) in running {
+        text.push_str(&format!("\n- [{label}] (id: {id}) running for {} s", elapsed_ms / 1000));
+    }
+    text
+}
+
 /// Whether a refusal from the host is the sandbox saying no (a `denied`
 /// tool error) rather than a failed spawn.
 pub fn is_denial(message: &str) -> bool {
@@ -51,6 +64,13 @@ mod tests {
         let args = SpawnArgs::parse(r#"{"task":"t","label":"l","wait":true}"#).unwrap();
         assert!(args.wait && args.label.as_deref() == Some("l"));
         assert!(SpawnArgs::parse(r#"{"wait":true}"#).unwrap_err().contains("task"));
+    }
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(status_text(&[]), "No subagents are running in this conversation.");
+        let text = status_text(&[("prices".into(), "ab12".into(), 61_500)]);
+        assert_eq!(text, "Subagents running: 1\n- [prices] (id: ab12) running for 61 s");
     }
 
     #[test]

@@ -17,11 +17,13 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     let ((channel, chat_id), key) = (ctx.inbound.reply_route(), ctx.session_key.clone());
     let summary = ctx.pending_summary.clone();
     let mut system_prompt = core.system_prompt(&channel, &chat_id, &key, summary.clone());
-    let overhead = PromptOverhead::new(&system_prompt, core.tools.clone(), &current);
+    let overhead = PromptOverhead::new(&system_prompt, ctx.tools(core), &current);
 
     let ephemeral = ctx.ephemeral;
     let session = ctx.session_mut()?;
-    if core.consolidator.needs_consolidation(session, &overhead) {
+    // An ephemeral turn archives nothing: consolidation would append to
+    // `memory/history.jsonl` on behalf of a conversation that is not kept.
+    if !ephemeral && core.consolidator.needs_consolidation(session, &overhead) {
         match core.consolidator.maybe_consolidate(session, &system_prompt, overhead.exact()).await {
             Ok(report) if report.changed() => {
                 if !ephemeral {

@@ -25,6 +25,9 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         }
         return Ok(TurnEvent::Dispatch);
     }
+    if ctx.internal {
+        return Ok(TurnEvent::Dispatch);
+    }
     let reply = match commands::parse(&ctx.inbound.content) {
         Parsed::NotACommand => return Ok(TurnEvent::Dispatch),
         Parsed::Unknown { name, suggestion } => commands::unknown_text(&name, suggestion),
@@ -60,6 +63,14 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
                     Err(e) => format!("{e}. {}", goals::GOAL_USAGE),
                 }
             }
+        }
+        Parsed::Known(Command::Dream) => {
+            // Dream runs after this turn has let go of the session's lock and
+            // its concurrency slot (`AgentLoop::process`): it is a turn of
+            // its own, which must not wait for this one. Like `/new`, the
+            // command is not stored in the conversation.
+            ctx.follow_up = Some(super::FollowUp::Dream);
+            return Ok(TurnEvent::Shortcut);
         }
         Parsed::Known(Command::New) => {
             let ephemeral = ctx.ephemeral;

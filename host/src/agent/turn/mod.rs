@@ -139,8 +139,16 @@ pub struct TurnContext {
     /// Where the turn's output goes as it happens (streamed text, tool
     /// hints, plugin progress).
     pub sink: Arc<dyn TurnSink>,
-    /// Internal turn: nothing is persisted.
+    /// Internal turn: nothing is persisted (no session file, no
+    /// checkpoint, no consolidation).
     pub ephemeral: bool,
+    /// What an internal run narrows (`AgentLoop::run_internal`).
+    pub scope: RunScope,
+    /// An internal run (`AgentLoop::run_internal`): its text is the host's
+    /// prompt, never a command.
+    pub internal: bool,
+    /// Work the loop does once this turn let go of its session (COMMAND).
+    pub follow_up: Option<FollowUp>,
     /// The runner's full result (RUN → SAVE).
     pub run_result: Option<AgentRunResult>,
     /// How many of the run's messages the checkpoints already appended to
@@ -161,7 +169,38 @@ pub struct TurnContext {
     pub usage: Option<crate::provider::Usage>,
 }
 
+/// What a command asks of the loop after its turn (see `AgentLoop::process`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowUp {
+    /// `/dream`: run Dream; its report is the turn's reply.
+    Dream,
+}
+
+/// The tools and iteration limit of an internal run, in place of the
+/// agent's (Dream runs with a confined registry, `ToolRegistry::confined`).
+#[derive(Clone, Default)]
+pub struct RunScope {
+    /// The tools the model may call; `None`: the agent's.
+    pub tools: Option<crate::tools::ToolRegistry>,
+    /// Model requests before the run is cut short; `None`: `[agent]
+    /// max_iterations`.
+    pub max_iterations: Option<usize>,
+}
+
 impl TurnContext {
+    /// The tools of this turn: its scope's, else the agent's.
+    pub fn tools(&self, core: &AgentCore) -> crate::tools::ToolRegistry {
+        self.scope.tools.clone().unwrap_or_else(|| core.tools.clone())
+    }
+
+    /// How the turn ended, as [`crate::bus::STOP_REASON`] words it.
+    pub fn stop_reason_text(&self) -> String {
+        match self.stop_reason {
+            Some(reason) => serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_else(|| "error".into()),
+            None => "command".into(),
+        }
+    }
+
     /// A fresh context for `inbound`.
     pub fn new(inbound: InboundMessage) -> Self {
         // An inbound message that brings its own history is a one-off.
@@ -182,6 +221,9 @@ impl TurnContext {
             pending_summary: None,
             sink: super::sink::silent(),
             ephemeral,
+            scope: RunScope::default(),
+            follow_up: None,
+            internal: false,
             run_result: None,
             checkpointed_messages: 0,
             sent_to_chat: false,

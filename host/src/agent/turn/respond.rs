@@ -29,6 +29,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     // An error reply was never streamed, even when streaming was on.
     let streamed = ctx.sink.streams_text() && ctx.stop_reason != Some(crate::agent::runner::StopReason::Error);
     reply.kind = OutboundKind::Message { streamed };
+    reply.metadata.insert(crate::bus::STOP_REASON.into(), Value::from(ctx.stop_reason_text()));
     let latency_ms = ctx.started.elapsed().as_millis() as u64;
     reply.metadata.insert("latency_ms".into(), Value::from(latency_ms));
     if let Some(usage) = ctx.usage.filter(|u| u.prompt_tokens + u.completion_tokens > 0) {

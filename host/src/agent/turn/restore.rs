@@ -26,6 +26,12 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         ctx.session = Some(session);
         return Ok(TurnEvent::Ok);
     }
+    if ctx.ephemeral {
+        // An internal run (Dream, heartbeat) starts from nothing and never
+        // touches the session store.
+        ctx.session = Some(Session::new(&ctx.session_key));
+        return Ok(TurnEvent::Ok);
+    }
     let mut session = core.sessions.load(&ctx.session_key)?;
     let recovered = materialize_checkpoint(&mut session);
     if recovered && !ctx.ephemeral {
