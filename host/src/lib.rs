@@ -55,6 +55,7 @@ pub mod config;
 pub mod cron;
 pub mod fsutil;
 pub mod gateway;
+pub mod market;
 pub mod plugins;
 pub mod provider;
 pub mod session;

@@ -26,6 +26,10 @@ pub enum PluginError {
     /// Two plugins define the same plugin or tool name.
     #[error("{0}")]
     Conflict(String),
+    /// A plugin installed from an index does not match `chitin.lock` (a
+    /// changed or missing file, another name inside).
+    #[error("{}: {message}", path.display())]
+    Installed { path: PathBuf, message: String },
     /// Preparing the plugin failed earlier in this process (the first
     /// failure is kept, so a bad component is not recompiled on every call).
     #[error(transparent)]

@@ -188,6 +188,12 @@ impl PluginRuntime {
         &self.limits
     }
 
+    /// Deletes the compiled form of `bytes` from the cache (a plugin removed
+    /// with `--purge`).
+    pub fn forget_compiled(&self, bytes: &[u8]) {
+        self.cache.remove(&content_hash(bytes));
+    }
+
     /// Reads and validates a plugin without compiling it.
     pub fn load(&self, source: PluginSource, bytes: Arc<[u8]>, grants: &GrantConfig) -> Result<LoadedPlugin, PluginError> {
         let (manifest, world) = read_manifest(&source, &bytes)?;
