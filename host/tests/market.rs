@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use chitin::testing::{Fault, MockIndex};
+use chitin::testing::{Fault, MockIndex, MockLlm, MockReply};
 use serde_json::Value;
 
 /// A publisher (`acme`), an index operator, the index directory, its server
@@ -423,6 +423,10 @@ fn frozen_fails_on_a_stale_lock_and_reproduces_a_current_one() {
     let ws = m.path("ws");
     let out = m.user(&["tool", "call", "write_file", "--args", r#"{"path":"a.txt","content":"ok"}"#, "--workspace", ws.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
+    let mock = MockLlm::start(vec![MockReply::text("still here")]);
+    let out = run(chitin(&m.home(), &["agent", "-m", "hi"]).env("OPENAI_BASE_URL", mock.base_url()));
+    assert!(out.status.success() && stdout(&out).contains("still here"), "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("does not match chitin.lock"), "{}", stderr(&out));
     // An unlocked file in plugins/ is a failure only with --frozen.
     std::fs::copy(HELLO_WASM, m.home().join("plugins/stray.wasm")).unwrap();
     std::fs::write(&file, std::fs::read(m.site().join("artifacts/hello-1.0.0.wasm")).unwrap()).unwrap();
@@ -561,6 +565,37 @@ fn collisions_audit_failures_and_unsupported_worlds_are_refused_at_install() {
     refused(&out, &["hollow 1.0.0: unsupported world", "exports none of"]);
     assert_eq!(m.installed(), ["hello.wasm"]);
     assert!(m.lock().is_none());
+}
+
+#[test]
+fn install_from_a_url_needs_a_pinned_publisher_key() {
+    let m = Market::new();
+    let file = m.publish("hello", "1.0.0", "");
+    std::fs::copy(format!("{}.minisig", file.display()), m.site().join("artifacts/hello-1.0.0.wasm.minisig")).unwrap();
+    let url = m.server.url("artifacts/hello-1.0.0.wasm");
+    m.configure(&m.server.url("index.json"), "idx", "");
+    let out = m.user(&["plugin", "install", &url, "--yes"]);
+    refused(&out, &["is signed by key", "which is not a pinned key"]);
+    m.configure_http();
+    let out = m.user(&["plugin", "install", &url, "--yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(m.lock().unwrap().contains(&format!("source = \"{url}\"")), "{:?}", m.lock());
+    assert!(greet(&m).status.success());
+    let out = m.user(&["plugin", "update"]);
+    assert!(out.status.success() && stdout(&out).contains("not from an index"), "{}", stdout(&out));
+}
+
+#[test]
+fn an_index_that_understates_the_capabilities_is_refused() {
+    let m = Market::new();
+    m.publish("hello", "1.0.0", "network = [\"a.example\"]");
+    let mut index = m.index_json();
+    index["plugins"]["hello"]["versions"][0]["capabilities"]["network"] = serde_json::json!([]);
+    m.write_index_json(&index);
+    m.sign_index(30);
+    m.configure_http();
+    let out = m.user(&["plugin", "install", "hello", "--yes"]);
+    refused(&out, &["hello 1.0.0: capabilities: its manifest says", "a.example"]);
 }
 
 #[test]

@@ -212,6 +212,15 @@ async fn obtain(ctx: &Ctx, source: &IndexSource, index: &Index, base: &Url, name
     }
     let verified = check_artifact(name, &version, &plugin.publisher, &keys, &bytes, &sha256, &entry.signature)?;
     let (plugin_loaded, snapshot, notes) = review_component(ctx, &what, name, &version, bytes.clone().into())?;
+    // What `search` showed must be what is reviewed: an index that
+    // describes a component as asking less than it does is refused.
+    if entry.capabilities != plugin_loaded.manifest.capabilities {
+        return Err(MarketError::ManifestMismatch {
+            what: format!("{what}: capabilities"),
+            expected: serde_json::to_string(&entry.capabilities).unwrap_or_default(),
+            got: shown(&serde_json::to_string(&plugin_loaded.manifest.capabilities).unwrap_or_default(), 1024, "capabilities"),
+        });
+    }
     if snapshot.world != entry.world {
         return Err(MarketError::UnsupportedWorld { what, message: format!("it exports {}, the index says {}", snapshot.world, entry.world) });
     }
@@ -564,6 +573,8 @@ pub async fn update(names: &[String], yes: bool, frozen: bool, data: &DataDir, o
         // Staged: the file is kept beside the installed one, unused, until
         // `approve`; the installed version keeps running.
         store::write(&ctx.data.plugins_dir(), &name, &candidate.sha256, &candidate.bytes)?;
+        // An older staged update is replaced.
+        store::prune(&ctx.data.plugins_dir(), &name, &[&locked.sha256, &candidate.sha256])?;
         let mut staged = candidate.locked();
         staged.escalations = escalations.clone();
         lock.staged.insert(name.clone(), staged);
