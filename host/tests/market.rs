@@ -479,6 +479,13 @@ fn remove_and_purge() {
     assert_eq!(out.status.code(), Some(1));
     let out = m.user(&["plugin", "remove", "hello"]);
     refused(&out, &["no installed plugin named `hello`"]);
+    // A name is a directory under plugins/: nothing but a plugin name.
+    std::fs::write(m.home().join("victim.wasm"), "x").unwrap();
+    let out = m.user(&["plugin", "remove", "../victim"]);
+    refused(&out, &["`../victim` is not a plugin name"]);
+    assert!(m.home().join("victim.wasm").exists());
+    let out = m.user(&["plugin", "install", "../victim@1", "--yes"]);
+    refused(&out, &["is not a plugin name"]);
 }
 
 #[test]

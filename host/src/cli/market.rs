@@ -372,11 +372,12 @@ fn pin_publisher(config_file: &Path, name: &str, key: &str) -> anyhow::Result<()
 
 /// Writes the candidate's file and lock entry, and drops its other files.
 fn commit(ctx: &Ctx, lock: &mut Lock, candidate: &Candidate) -> anyhow::Result<PathBuf> {
-    let dir = ctx.data.plugins_dir();
-    let path = store::write(&dir, &candidate.name, &candidate.sha256, &candidate.bytes)?;
+    // The publisher first: if its key cannot be pinned, nothing is installed.
     if let Some(key) = &candidate.trust {
         pin_publisher(&ctx.config_file, &candidate.publisher, key)?;
     }
+    let dir = ctx.data.plugins_dir();
+    let path = store::write(&dir, &candidate.name, &candidate.sha256, &candidate.bytes)?;
     lock.staged.remove(&candidate.name);
     lock.plugins.insert(candidate.name.clone(), candidate.locked());
     lock.save(&ctx.lock_path)?;
@@ -388,10 +389,15 @@ fn commit(ctx: &Ctx, lock: &mut Lock, candidate: &Candidate) -> anyhow::Result<P
 fn parse_target(target: &str) -> Result<(String, semver::VersionReq), MarketError> {
     let (name, req) = target.split_once('@').unwrap_or((target, "*"));
     let req = semver::VersionReq::parse(req).map_err(|e| MarketError::BadRequirement { given: target.into(), message: e.to_string() })?;
-    if name.is_empty() {
-        return Err(MarketError::BadRequirement { given: target.into(), message: "no name".into() });
-    }
+    check_name(name).map_err(|message| MarketError::BadRequirement { given: target.into(), message })?;
     Ok((name.to_string(), req))
+}
+
+/// A plugin name as manifests spell them; it becomes a directory name
+/// under plugins/, so nothing else (no `/`, no `..`) is accepted.
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = name.chars().next().is_some_and(|c| c.is_ascii_lowercase()) && name.len() <= 64 && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if ok { Ok(()) } else { Err(format!("`{}` is not a plugin name (a lowercase letter, then letters, digits, `-` or `_`)", shown(name, 64, "name"))) }
 }
 
 /// `chitin plugin install NAME[@REQ] | URL`.
@@ -587,6 +593,7 @@ pub async fn update(names: &[String], yes: bool, frozen: bool, data: &DataDir, o
 
 /// `chitin plugin approve NAME`: applies a staged update.
 pub fn approve_staged(name: &str, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
+    check_name(name).map_err(anyhow::Error::msg)?;
     let ctx = Ctx::open(data, options)?;
     let mut lock = Lock::load(&ctx.lock_path)?;
     let Some(mut staged) = lock.staged.remove(name) else {
@@ -609,6 +616,7 @@ pub fn approve_staged(name: &str, data: &DataDir, options: &AppOptions) -> anyho
 
 /// `chitin plugin remove NAME [--purge]`.
 pub fn remove(name: &str, purge: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
+    check_name(name).map_err(anyhow::Error::msg)?;
     let ctx = Ctx::open(data, options)?;
     let mut lock = Lock::load(&ctx.lock_path)?;
     let dir = ctx.data.plugins_dir();
