@@ -618,6 +618,24 @@ fn plain_http_is_refused_off_loopback() {
     refused(&out, &["no plugin index is configured: add a [[plugin_index]] table"]);
 }
 
+#[test]
+fn a_broken_lock_skips_the_index_plugins_and_the_host_still_starts() {
+    let m = Market::new();
+    m.publish("hello", "1.0.0", "");
+    m.sign_index(30);
+    m.configure_http();
+    assert!(m.user(&["plugin", "install", "hello", "--yes"]).status.success());
+    std::fs::write(m.home().join("chitin.lock"), "version = 1\n[plugins.hello]\nsha256 = 7\n").unwrap();
+    let out = m.user(&["tool", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("chitin.lock: not a valid lock file") && stderr(&out).contains("plugins installed from an index are not loaded"), "{}", stderr(&out));
+    assert!(stdout(&out).contains("read_file") && !stdout(&out).contains("greet"), "{}", stdout(&out));
+    let out = m.user(&["plugin", "list"]);
+    assert!(out.status.success() && stdout(&out).contains("skipped installed plugin"), "{}", stdout(&out));
+    let out = m.user(&["plugin", "install", "hello", "--yes"]);
+    refused(&out, &["chitin.lock: not a valid lock file"]);
+}
+
 fn sha256(bytes: &[u8]) -> String {
     chitin::market::sha256_hex(bytes)
 }

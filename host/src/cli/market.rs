@@ -277,9 +277,10 @@ fn review_component(ctx: &Ctx, what: &str, name: &str, version: &str, bytes: Arc
     Ok((plugin, snapshot, found.notes))
 }
 
-/// Compiles and links into the cache, so the first call does not compile.
+/// Compiles and links into the cache, so the first call does not compile,
+/// and instantiates it once (no export is called).
 async fn compile(ctx: &Ctx, candidate: &Candidate) -> Result<(), MarketError> {
-    ctx.runtime.prepare(&candidate.plugin).await?;
+    ctx.runtime.check_instantiate(&candidate.plugin).await?;
     Ok(())
 }
 

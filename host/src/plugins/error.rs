@@ -104,6 +104,8 @@ pub enum Call {
     Tool(String),
     /// A callback of the `channel` interface (`poll-response`, ...).
     Channel(&'static str),
+    /// Instantiating the component once at install, calling nothing.
+    Instantiate,
 }
 
 impl std::fmt::Display for Call {
@@ -111,6 +113,7 @@ impl std::fmt::Display for Call {
         match self {
             Call::Tool(name) => write!(f, "tool `{name}`"),
             Call::Channel(callback) => write!(f, "channel callback `{callback}`"),
+            Call::Instantiate => f.write_str("instantiating the component"),
         }
     }
 }
