@@ -101,3 +101,31 @@ fn describe(e: &reqwest::Error, timeout: Duration) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_https_file_and_loopback_http_are_accepted() {
+        assert!(parse("https://plugins.example/index.json").is_ok());
+        assert!(parse("file:///srv/index.json").is_ok());
+        assert!(parse("http://127.0.0.1:8080/index.json").is_ok());
+        assert!(parse("http://localhost/index.json").is_ok());
+        assert!(parse("http://[::1]/index.json").is_ok());
+        let e = parse("http://plugins.example/index.json").unwrap_err().to_string();
+        assert!(e.contains("only accepted for a loopback address"), "{e}");
+        assert!(parse("ftp://x/index.json").unwrap_err().to_string().contains("unsupported scheme `ftp`"));
+        assert!(parse("not a url").is_err());
+    }
+
+    #[test]
+    fn an_artifact_url_cannot_leave_for_the_users_disk() {
+        let https = parse("https://plugins.example/sub/index.json").unwrap();
+        assert_eq!(join(&https, "artifacts/a.wasm").unwrap().as_str(), "https://plugins.example/sub/artifacts/a.wasm");
+        assert!(join(&https, "file:///etc/passwd").unwrap_err().to_string().contains("a file:// artifact in an index served from https"));
+        assert!(join(&https, "http://evil.example/a.wasm").is_err());
+        let file = parse("file:///srv/index.json").unwrap();
+        assert_eq!(join(&file, "artifacts/a.wasm").unwrap().as_str(), "file:///srv/artifacts/a.wasm");
+    }
+}
