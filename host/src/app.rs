@@ -90,7 +90,14 @@ impl App {
             runtime = runtime.with_compile_child(program.clone());
         }
         let runtime = Arc::new(runtime);
-        let catalog = PluginCatalog::load(&runtime, &config.plugins, Some(&data.plugins_dir()), &options.extra_plugins)?;
+        let mut catalog = PluginCatalog::load(&runtime, &config.plugins, Some(&data.plugins_dir()), &options.extra_plugins)?;
+        // Plugins installed from an index: what the lock names, granted what
+        // the user approved (a `[plugins.<name>]` table replaces that, and
+        // can still not exceed it: the plugin gets the lesser of what its
+        // locked manifest asks and what it is granted).
+        crate::market::store::load_locked(&runtime, &mut catalog, &data.plugins_dir(), &crate::market::lock::path_for(&config_file), |name, locked| {
+            config.plugins.get(name).cloned().unwrap_or_else(|| locked.approved.grant())
+        });
         let tools = ToolRegistry::new(runtime.clone(), &catalog)?;
         Ok(App { data, config, workspace, runtime, catalog, tools })
     }

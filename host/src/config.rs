@@ -176,6 +176,12 @@ pub struct Config {
     /// belongs to the channel runtime (not built yet): kept as raw TOML so a
     /// config written for it already loads.
     pub channels: BTreeMap<String, toml::Value>,
+    /// Plugin indexes `chitin plugin search/install/update` read
+    /// (`[[plugin_index]]`: name, url, pinned keys).
+    pub plugin_index: Vec<crate::market::index::IndexSource>,
+    /// Publishers whose plugins may be installed, with their pinned keys
+    /// (`[publishers.<name>] keys = [...]`).
+    pub publishers: BTreeMap<String, crate::market::index::PublisherConfig>,
 }
 
 /// The environment variable the default `[gateway] auth_token` names.

@@ -15,6 +15,8 @@
 //! - [`tools`]: `ToolRegistry`, which repairs and validates arguments;
 //! - [`plugins`]: the wasmtime runtime, manifest, grants and sandbox (the
 //!   only module that knows wasmtime);
+//! - [`market`]: installing third-party plugins from signed indexes (minisign
+//!   signatures, rollback and expiry checks, import audit, `chitin.lock`);
 //! - [`session`]: `Session`, history rules and the JSONL `SessionStore`;
 //! - [`compact`] and [`tokens`]: consolidation, idle compaction, the archive,
 //!   token estimates;
@@ -55,6 +57,7 @@ pub mod config;
 pub mod cron;
 pub mod fsutil;
 pub mod gateway;
+pub mod market;
 pub mod plugins;
 pub mod provider;
 pub mod session;

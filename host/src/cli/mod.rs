@@ -25,6 +25,7 @@ macro_rules! errln {
 
 mod agent;
 mod gateway;
+mod market;
 mod onboard;
 mod plugin;
 mod scaffold;

@@ -44,13 +44,87 @@ pub enum PluginCommand {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Validate, compile and link a component and copy it into the data dir's
-    /// plugins/. Refused when its name is a built-in's or another installed
-    /// plugin's file, or a tool of it is already another plugin's; installing
-    /// the same plugin name again replaces it.
+    /// Install a plugin: NAME[@VERSION-REQ] from a configured index, an
+    /// https:// URL (signature at URL.minisig), or a local FILE.wasm. Verified,
+    /// audited, compiled and linked before anything is written; refused when
+    /// its name is a built-in's or another installed plugin's, or a tool of
+    /// it is already another plugin's.
     Install {
-        /// The component to install.
+        /// NAME[@REQ], URL or FILE.wasm.
+        target: String,
+        /// Only this index (a `name` of [[plugin_index]]).
+        #[arg(long, value_name = "NAME")]
+        index: Option<String>,
+        /// Approve what the review shows without asking.
+        #[arg(long)]
+        yes: bool,
+        /// Pin the publisher's key from the signed index when the publisher
+        /// is not in [publishers] yet.
+        #[arg(long)]
+        trust_publisher: bool,
+        /// Install exactly what chitin.lock says, or fail.
+        #[arg(long)]
+        frozen: bool,
+    },
+    /// Search the configured indexes by name and description.
+    Search {
+        /// Text to look for.
+        query: String,
+        /// Only this index.
+        #[arg(long, value_name = "NAME")]
+        index: Option<String>,
+    },
+    /// Update plugins installed from an index (all without NAME): more
+    /// capabilities wait for `approve`, anything else is applied.
+    Update {
+        /// Plugins to update.
+        names: Vec<String>,
+        /// Approve new capabilities too.
+        #[arg(long)]
+        yes: bool,
+        /// Fail instead of changing chitin.lock.
+        #[arg(long)]
+        frozen: bool,
+    },
+    /// Apply a staged update that asked for more capabilities.
+    Approve {
+        /// The plugin.
+        name: String,
+    },
+    /// Remove an installed plugin.
+    Remove {
+        /// The plugin.
+        name: String,
+        /// Also delete its compiled code from the cache.
+        #[arg(long)]
+        purge: bool,
+    },
+    /// Check every installed file against chitin.lock.
+    Verify {
+        /// Files the lock does not name are failures too.
+        #[arg(long)]
+        frozen: bool,
+    },
+    /// Make a signing key pair: PREFIX.key (secret) and PREFIX.pub.
+    Keygen {
+        /// Path prefix of the two files.
+        prefix: PathBuf,
+    },
+    /// Sign a packed component (writes FILE.wasm.minisig).
+    Sign {
+        /// The packed component.
         file: PathBuf,
+        /// The secret key (`keygen`'s .key).
+        #[arg(long)]
+        key: PathBuf,
+        /// Where to write the signature (default FILE.minisig).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Build and sign a static plugin index (for index operators).
+    Index {
+        #[command(subcommand)]
+        cmd: super::market::IndexCommand,
     },
     /// Create a plugin that builds and passes its test: Rust, Python or JavaScript.
     New {
@@ -83,7 +157,22 @@ pub async fn run(cmd: PluginCommand, data: DataDir, options: AppOptions) -> anyh
         PluginCommand::Inspect { plugin, json } => inspect(&plugin, json, data, options),
         PluginCommand::List { json } => list(json, data, options),
         PluginCommand::Pack { manifest, input, output } => pack(&manifest, &input, &output),
-        PluginCommand::Install { file } => install(&file, &data, &options).await,
+        PluginCommand::Install { target, index, yes, trust_publisher, frozen } => {
+            let path = Path::new(&target);
+            if !target.contains("://") && (path.is_file() || path.extension().is_some_and(|e| e == "wasm")) {
+                install(path, &data, &options).await
+            } else {
+                super::market::install(&target, index.as_deref(), yes, trust_publisher, frozen, &data, &options).await
+            }
+        }
+        PluginCommand::Search { query, index } => super::market::search(&query, index.as_deref(), &data, &options).await,
+        PluginCommand::Update { names, yes, frozen } => super::market::update(&names, yes, frozen, &data, &options).await,
+        PluginCommand::Approve { name } => super::market::approve_staged(&name, &data, &options),
+        PluginCommand::Remove { name, purge } => super::market::remove(&name, purge, &data, &options),
+        PluginCommand::Verify { frozen } => super::market::verify(frozen, &data, &options),
+        PluginCommand::Keygen { prefix } => super::market::keygen(&prefix),
+        PluginCommand::Sign { file, key, output } => super::market::sign_file(&file, &key, output.as_deref()),
+        PluginCommand::Index { cmd } => super::market::index_command(cmd),
         PluginCommand::New { name, lang, dir } => super::scaffold::new(&name, lang, dir.as_deref()),
         PluginCommand::Build { dir } => super::scaffold::build(&dir),
         PluginCommand::Wit { dir } => super::scaffold::wit(&dir),

@@ -121,6 +121,16 @@ impl ComponentCache {
         }
     }
 
+    /// Deletes the entry of `hash`, if any (`chitin plugin remove --purge`).
+    pub fn remove(&self, hash: &ContentHash) {
+        if let Some(path) = self.entry(hash)
+            && let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %path.display(), "could not remove cache entry: {e}");
+        }
+    }
+
     /// Stores `artifact` (the output of `Component::serialize`, or of the
     /// compile child) for `hash`. Failures are logged: a cache that cannot be
     /// written only costs a recompile next time.

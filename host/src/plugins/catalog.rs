@@ -132,6 +132,25 @@ impl PluginCatalog {
         Ok(catalog)
     }
 
+    /// Adds a plugin installed from an index (`market::store` reads it and
+    /// checks it against the lock), checked like every installed file: a
+    /// refusal is recorded in [`PluginCatalog::failures`], never fatal.
+    pub fn add_installed(&mut self, path: PathBuf, loaded: Result<LoadedPlugin, PluginError>) {
+        let checked = loaded.and_then(|plugin| {
+            self.check_name(&plugin)?;
+            Ok(plugin)
+        });
+        match checked {
+            Ok(plugin) => {
+                self.plugins.insert(plugin.name().to_string(), Arc::new(plugin));
+            }
+            Err(error) => {
+                tracing::debug!(path = %path.display(), %error, "installed plugin skipped");
+                self.failures.push(LoadFailure { path, error });
+            }
+        }
+    }
+
     /// Refuses a plugin whose name is reserved by a built-in or taken by a
     /// plugin already in the catalog.
     fn check_name(&self, plugin: &LoadedPlugin) -> Result<(), PluginError> {
@@ -189,8 +208,12 @@ pub fn check_install(candidate: &Manifest, installed_dir: &Path, dest: &Path) ->
         .filter_map(|(_, bytes)| Manifest::from_component(bytes).ok())
         .map(|m| (format!("the built-in plugin `{}`", m.name), m))
         .collect();
-    for path in list_wasm(installed_dir)? {
-        if path == dest {
+    // Plugins installed from an index live in `<dir>/<name>/<sha256>.wasm`;
+    // another file of the candidate's own directory is the version being
+    // replaced.
+    let own_dir = installed_dir.join(name);
+    for path in list_wasm(installed_dir)?.into_iter().chain(list_subdirs_wasm(installed_dir)?) {
+        if path == dest || (dest.starts_with(&own_dir) && path.starts_with(&own_dir)) {
             continue;
         }
         let Ok(manifest) = std::fs::read(&path).map_err(drop).and_then(|b| Manifest::from_component(&b).map_err(drop)) else {
@@ -214,6 +237,23 @@ pub fn check_install(candidate: &Manifest, installed_dir: &Path, dest: &Path) ->
     } else {
         Err(PluginError::Conflict(format!("cannot install plugin `{name}`: {}", problems.join("; "))))
     }
+}
+
+/// `*.wasm` files one directory down (`<dir>/<name>/<sha256>.wasm`).
+fn list_subdirs_wasm(dir: &Path) -> Result<Vec<PathBuf>, PluginError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(PluginError::Io { path: dir.to_path_buf(), source }),
+    };
+    let mut files = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            files.extend(list_wasm(&entry.path())?);
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 fn list_wasm(dir: &Path) -> Result<Vec<PathBuf>, PluginError> {

@@ -26,6 +26,10 @@ pub enum PluginError {
     /// Two plugins define the same plugin or tool name.
     #[error("{0}")]
     Conflict(String),
+    /// A plugin installed from an index does not match `chitin.lock` (a
+    /// changed or missing file, another name inside).
+    #[error("{}: {message}", path.display())]
+    Installed { path: PathBuf, message: String },
     /// Preparing the plugin failed earlier in this process (the first
     /// failure is kept, so a bad component is not recompiled on every call).
     #[error(transparent)]
@@ -104,6 +108,8 @@ pub enum Call {
     Tool(String),
     /// A callback of the `channel` interface (`poll-response`, ...).
     Channel(&'static str),
+    /// Instantiating the component once at install, calling nothing.
+    Instantiate,
 }
 
 impl std::fmt::Display for Call {
@@ -111,6 +117,7 @@ impl std::fmt::Display for Call {
         match self {
             Call::Tool(name) => write!(f, "tool `{name}`"),
             Call::Channel(callback) => write!(f, "channel callback `{callback}`"),
+            Call::Instantiate => f.write_str("instantiating the component"),
         }
     }
 }

@@ -188,6 +188,12 @@ impl PluginRuntime {
         &self.limits
     }
 
+    /// Deletes the compiled form of `bytes` from the cache (a plugin removed
+    /// with `--purge`).
+    pub fn forget_compiled(&self, bytes: &[u8]) {
+        self.cache.remove(&content_hash(bytes));
+    }
+
     /// Reads and validates a plugin without compiling it.
     pub fn load(&self, source: PluginSource, bytes: Arc<[u8]>, grants: &GrantConfig) -> Result<LoadedPlugin, PluginError> {
         let (manifest, world) = read_manifest(&source, &bytes)?;
@@ -233,6 +239,28 @@ impl PluginRuntime {
     /// call path invoke it up front.
     pub async fn prepare(&self, plugin: &LoadedPlugin) -> Result<(), PluginError> {
         self.prepared(plugin).await.map(|_| ())
+    }
+
+    /// Prepares `plugin`, then instantiates it once in a fresh sandbox (an
+    /// empty workspace, no grant used) and drops the instance without
+    /// calling any export (`chitin plugin install`): a component that links
+    /// but cannot be instantiated (a data segment that does not fit its
+    /// memory, a start function that traps) is refused at install, not at
+    /// its first call. Under the call time limit, like any call.
+    pub async fn check_instantiate(&self, plugin: &LoadedPlugin) -> Result<(), PluginError> {
+        let pre = self.prepared(plugin).await?;
+        let empty = tempfile::tempdir().map_err(|source| PluginError::Io { path: std::env::temp_dir(), source })?;
+        let mut store = self.new_store_in(plugin, None, true, Some(empty.path()))?;
+        let clock = store.data().clock.clone();
+        let run = async {
+            match pre {
+                Prepared::ToolV0_1(pre) => pre.instantiate_async(&mut store).await.map(drop),
+                Prepared::ToolV0_2(pre) => pre.instantiate_async(&mut store).await.map(drop),
+                Prepared::ChannelV0_2(pre) => pre.instantiate_async(&mut store).await.map(drop),
+            }
+        };
+        let outcome = sandbox::timeout_with_pauses(self.limits.timeout(), &clock, run).await;
+        self.settle(plugin, &Call::Instantiate, outcome, &store)
     }
 
     pub(super) async fn prepared<'a>(&self, plugin: &'a LoadedPlugin) -> Result<&'a Prepared, PluginError> {

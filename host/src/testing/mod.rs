@@ -4,6 +4,7 @@
 //! [`MockTelegram`], a scripted Telegram Bot API (long polling, webhooks,
 //! the 4096 limit, scripted 429/409), so channel tests need no network
 //! either; [`MockWeb`], pages and search APIs for the `web` plugin;
+//! [`MockIndex`], a static plugin index with fault switches;
 //! [`bomb`], a component that is expensive to compile.
 //!
 //! Compiled into the library (not `cfg(test)`) because integration tests and
@@ -11,10 +12,12 @@
 
 pub mod bomb;
 pub(crate) mod server;
+mod mock_index;
 mod mock_llm;
 mod mock_telegram;
 mod mock_web;
 
+pub use mock_index::{Fault, MockIndex};
 pub use mock_web::{MockWeb, WebRequest};
 pub use mock_llm::{MockLlm, MockReply, SCRIPT_EXHAUSTED, Script};
 pub use mock_telegram::{

@@ -72,6 +72,7 @@ pub struct Gateway {
     /// `http://host:port`, from the "listening on" line.
     pub base: String,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Gateway {
@@ -85,7 +86,7 @@ impl Gateway {
         let (tx, rx) = std::sync::mpsc::channel();
         let pipe = child.stderr.take().expect("piped");
         let log = stderr.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
                 // Stored before it is signalled, so `stderr()` has it then.
                 let base = line.split("listening on ").nth(1).map(|rest| rest.split_whitespace().next().unwrap_or_default().to_string());
@@ -99,7 +100,7 @@ impl Gateway {
             Ok(base) => base,
             Err(_) => panic!("the gateway did not say where it listens; stderr: {}", stderr.lock().unwrap()),
         };
-        Gateway { child, base, stderr }
+        Gateway { child, base, stderr, reader: Some(reader) }
     }
 
     /// The address it listens on.
@@ -139,6 +140,17 @@ impl Gateway {
     pub fn wait_exit(&mut self) -> std::process::ExitStatus {
         for _ in 0..3000 {
             if let Some(status) = self.child.try_wait().unwrap() {
+                // The pipe closes at exit: wait (bounded) until the reader
+                // has stored the last lines, so `stderr()` has them all.
+                if let Some(reader) = self.reader.take() {
+                    for _ in 0..500 {
+                        if reader.is_finished() {
+                            let _ = reader.join();
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
                 return status;
             }
             std::thread::sleep(Duration::from_millis(10));
