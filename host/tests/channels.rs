@@ -252,12 +252,14 @@ fn telegram_round_trip_through_the_agent_and_the_fs_tool() {
     ]);
     std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    gw.wait_for("the reply sent to the chat", || !telegram.sent_messages().is_empty());
+    gw.wait_for("the reply sent to the chat", || !replies(&telegram).is_empty());
     let err = gw.terminate();
-    let sent = telegram.sent_messages();
+    let sent = replies(&telegram);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].chat_id, 777);
     assert!(sent[0].text.contains("<b>note.txt</b>"), "rendered for Telegram: {:?}", sent[0].text);
+    let hints: Vec<_> = telegram.sent_messages().into_iter().filter(|m| m.text.starts_with('↳')).collect();
+    assert!(hints.len() == 1 && hints[0].text.starts_with("↳ write_file("), "the tool call was shown: {hints:?}");
     assert_eq!(std::fs::read_to_string(ws.join("note.txt")).unwrap(), "hi from telegram");
     assert_eq!(telegram.requests_for("deleteWebhook").len(), 1, "poll mode deletes any webhook first");
     // "typing" was shown in the chat while the agent worked (set-status,
@@ -430,11 +432,11 @@ fn the_message_tool_answers_a_telegram_chat_through_the_channel_queue() {
     std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
     gw.wait_for("the model's second request", || mock.request_count() >= 2);
-    gw.wait_for("the message sent to the chat", || !telegram.sent_messages().is_empty());
+    gw.wait_for("the message sent to the chat", || !replies(&telegram).is_empty());
     // Give a (wrong) second send time to happen before looking.
     std::thread::sleep(Duration::from_millis(700));
     let err = gw.terminate();
-    let sent = telegram.sent_messages();
+    let sent = replies(&telegram);
     assert_eq!(sent.len(), 1, "only the message tool's send: {sent:?}");
     assert_eq!(sent[0].chat_id, 777);
     assert!(sent[0].text.contains("<b>all good</b>"), "{:?}", sent[0].text);
@@ -460,7 +462,7 @@ fn a_missed_cron_job_fires_once_after_a_restart_into_its_chat() {
     ]);
     std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    gw.wait_for("the confirmation", || !telegram.sent_messages().is_empty());
+    gw.wait_for("the confirmation", || !replies(&telegram).is_empty());
     gw.terminate();
     let jobs: serde_json::Value = serde_json::from_slice(&std::fs::read(home.path().join("cron/jobs.json")).unwrap()).unwrap();
     assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1, "{jobs}");
@@ -470,10 +472,10 @@ fn a_missed_cron_job_fires_once_after_a_restart_into_its_chat() {
     std::thread::sleep(Duration::from_secs(5));
     let mock = MockLlm::start(vec![MockReply::text("Time to stretch!")]);
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    gw.wait_for("the reminder", || telegram.sent_messages().len() >= 2);
+    gw.wait_for("the reminder", || replies(&telegram).len() >= 2);
     std::thread::sleep(Duration::from_millis(2500));
     gw.terminate();
-    let sent: Vec<String> = telegram.sent_messages().into_iter().map(|m| m.text).collect();
+    let sent: Vec<String> = replies(&telegram).into_iter().map(|m| m.text).collect();
     assert_eq!(sent, ["Reminder set.", "Time to stretch!"], "fired once, answered in its chat");
     assert_eq!(mock.request_count(), 1);
     let asked = serde_json::to_string(&mock.requests()[0]).unwrap();
@@ -818,4 +820,159 @@ fn a_failed_webhook_step_answers_500_and_the_retry_the_components_respond() {
     assert_eq!(mock.request_count(), 1, "the retried update reached the agent once: {err}");
     assert_eq!(delivered(&err), 1);
     assert!(!err.contains("echo-secret-77"), "the secret is in the log");
+}
+
+/// The replies a chat got: sent messages other than the turn's progress
+/// message (its lines start with `↳` or `…`, see `channels::progress`).
+fn replies(telegram: &chitin::testing::MockTelegram) -> Vec<chitin::testing::SentMessage> {
+    telegram.sent_messages().into_iter().filter(|m| !m.text.starts_with('↳') && !m.text.starts_with('…')).collect()
+}
+
+/// Issue 10, "sending files to channels": the `message` tool's media go to
+/// the Telegram chat as uploads the host streams from the workspace (the
+/// component only names the method and the chat): a PDF as a document, a
+/// PNG as a photo, each with its exact bytes and name; a file over the
+/// channel's `max_upload_mb` is not sent and the chat is told so in the
+/// message's text.
+#[test]
+fn the_message_tool_sends_workspace_files_to_a_telegram_chat() {
+    let tg_token = "525252:SECRET-files-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "send me the report"));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    std::fs::create_dir_all(ws.join("out")).unwrap();
+    let pdf: Vec<u8> = b"%PDF-1.4\n".iter().copied().chain((0..200_000u32).map(|i| (i % 251) as u8)).collect();
+    std::fs::write(ws.join("out/report.pdf"), &pdf).unwrap();
+    let png = b"\x89PNG\r\n\x1a\n not really a picture".to_vec();
+    std::fs::write(ws.join("chart.png"), &png).unwrap();
+    std::fs::write(ws.join("big.bin"), vec![7u8; 2 << 20]).unwrap();
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("message", serde_json::json!({"content": "Here is the **report**", "media": ["out/report.pdf", "chart.png", "big.bin"]}).to_string()),
+        MockReply::text("Sent."),
+    ]);
+    let config = telegram_config(&ws, &telegram) + "max_upload_mb = 1\n";
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("two files sent", || telegram.sent_media().len() >= 2);
+    gw.wait_for("the model's second request", || mock.request_count() >= 2);
+    std::thread::sleep(Duration::from_millis(500));
+    let err = gw.terminate();
+    let media = telegram.sent_media();
+    assert_eq!(media.len(), 2, "{media:?}");
+    assert_eq!((media[0].kind.as_str(), media[0].chat_id), ("document", 777));
+    let document = media[0].upload.as_ref().expect("uploaded, not named by id");
+    assert_eq!((document.field.as_str(), document.filename.as_deref()), ("document", Some("report.pdf")));
+    assert!(document.bytes == pdf, "the exact bytes: {} of {}", document.bytes.len(), pdf.len());
+    assert_eq!(media[1].kind, "photo");
+    assert_eq!(media[1].upload.as_ref().unwrap().bytes, png);
+    let sent = replies(&telegram);
+    assert_eq!(sent.len(), 1, "the text once, the final reply suppressed: {sent:?}");
+    assert!(sent[0].text.contains("Here is the <b>report</b>"), "{:?}", sent[0].text);
+    assert!(
+        sent[0].text.contains("[not sent: big.bin (2 MB, over the channel's upload limit of 1 MB (config [channels.&lt;name&gt;] max_upload_mb))]"),
+        "the oversize file is named: {:?}",
+        sent[0].text
+    );
+    assert!(err.contains("file delivered") && err.contains("file not sent"), "{err}");
+    assert!(!err.contains(tg_token), "the token leaked into the log");
+    let uploads = telegram.requests_for("sendDocument");
+    assert!(uploads.iter().all(|r| r.authorized), "the host filled in the token");
+}
+
+/// Files the `message` tool must not send: a FIFO and a link that leads out
+/// of the workspace are refused at the call with a message saying why;
+/// nothing is uploaded and the outside file's bytes go nowhere.
+#[test]
+fn a_fifo_or_a_link_out_is_never_sent_to_a_chat() {
+    let tg_token = "535353:SECRET-refuse-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "send me the secret"));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(home.path().join("outside.txt"), "OUTSIDE-SECRET-BYTES").unwrap();
+    std::os::unix::fs::symlink(home.path().join("outside.txt"), ws.join("leak.txt")).unwrap();
+    let fifo = std::ffi::CString::new(ws.join("pipe").as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("message", serde_json::json!({"content": "a", "media": ["pipe"]}).to_string()),
+        MockReply::tool_call("message", serde_json::json!({"content": "b", "media": ["leak.txt"]}).to_string()),
+        MockReply::text("I could not send those."),
+    ]);
+    std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the final reply", || replies(&telegram).iter().any(|m| m.text.contains("could not send")));
+    gw.terminate();
+    assert!(telegram.sent_media().is_empty(), "{:?}", telegram.sent_media());
+    let results: Vec<String> = mock.requests()[1..]
+        .iter()
+        .map(|r| r["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap()["content"].as_str().unwrap().to_string())
+        .collect();
+    assert!(results[0].contains("pipe") && results[0].contains("FIFO"), "{results:?}");
+    assert!(results[1].contains("leak.txt") && !results[1].contains("OUTSIDE-SECRET"), "{results:?}");
+    let all: String = telegram.sent_messages().iter().map(|m| m.text.clone()).collect();
+    assert!(!all.contains("OUTSIDE-SECRET"));
+    assert_eq!(replies(&telegram).len(), 1, "neither refused send went out: {:?}", telegram.sent_messages());
+}
+
+/// Issue 10, "channels and tool progress": while a turn runs, its tool
+/// calls show in the chat as one progress message (`send_tool_hints`, on by
+/// default as in nanobot) that is edited as calls start and end, never
+/// faster than the platform's edit interval; the reply is its own message.
+/// With `send_tool_hints = false` and `send_progress = false` the chat sees
+/// only the reply.
+#[test]
+fn tool_hints_are_one_progress_message_edited_no_faster_than_the_interval() {
+    let tg_token = "545454:SECRET-hints-distinctive";
+    let run = |hints_on: bool| {
+        let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+        telegram.push(chitin::testing::MockUpdate::text(777, 555, "tidy up my notes"));
+        let home = tempfile::tempdir().unwrap();
+        let ws = home.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("my_notes_*draft*.md"), "alpha").unwrap();
+        let mock = MockLlm::start(vec![
+            MockReply::tool_call("list_dir", serde_json::json!({"path": "."}).to_string()),
+            MockReply::tool_call("read_file", serde_json::json!({"path": "my_notes_*draft*.md"}).to_string()),
+            MockReply::tool_call("write_file", serde_json::json!({"path": "b.md", "content": "beta"}).to_string()),
+            MockReply::text("Tidied."),
+        ])
+        .with_latency(Duration::from_millis(600));
+        let mut config = telegram_config(&ws, &telegram);
+        if !hints_on {
+            config += "send_tool_hints = false\nsend_progress = false\n";
+        }
+        std::fs::write(home.path().join("config.toml"), config).unwrap();
+        let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+        gw.wait_for("the reply", || replies(&telegram).iter().any(|m| m.text == "Tidied."));
+        std::thread::sleep(Duration::from_millis(300));
+        gw.terminate();
+        telegram
+    };
+
+    let telegram = run(true);
+    let sent = telegram.sent_messages();
+    let progress: Vec<_> = sent.iter().filter(|m| m.text.starts_with('↳')).collect();
+    assert_eq!(progress.len(), 1, "one progress message for the turn: {sent:?}");
+    assert!(progress[0].text.starts_with("↳ list_dir("), "{:?}", progress[0].text);
+    let edits = telegram.edits();
+    assert!(!edits.is_empty() && edits.iter().all(|e| e.message_id == progress[0].message_id), "{edits:?}");
+    let last = &edits.last().unwrap().text;
+    assert!(last.contains("list_dir(") && last.contains(" ✓") && last.contains("read_file("), "later calls and outcomes shown: {last:?}");
+    assert!(last.contains("my_notes_*draft*.md") && !last.contains("<i>"), "Markdown in the arguments stays literal: {last:?}");
+    assert_eq!(replies(&telegram).len(), 1);
+    // The progress message's requests kept the interval.
+    let mut times: Vec<std::time::Instant> = telegram.requests_for("editMessageText").iter().map(|r| r.at).collect();
+    times.extend(telegram.requests_for("sendMessage").iter().filter(|r| r.params.get("text").and_then(|t| t.as_str()).is_some_and(|t| t.starts_with('↳'))).map(|r| r.at));
+    times.sort();
+    let gaps: Vec<Duration> = times.windows(2).map(|pair| pair[1] - pair[0]).collect();
+    eprintln!("tool hints: 3 calls, 1 progress message + {} edits, gaps {gaps:?}", edits.len());
+    assert!(gaps.iter().all(|gap| *gap >= Duration::from_millis(1000)), "{gaps:?}");
+
+    let quiet = run(false);
+    let sent = quiet.sent_messages();
+    assert_eq!(sent.len(), 1, "only the reply: {sent:?}");
+    assert_eq!(sent[0].text, "Tidied.");
+    assert!(quiet.edits().is_empty());
 }
