@@ -489,20 +489,20 @@ fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
 }
 
-/// A port nobody listens on right now: webhook mode needs the gateway's
-/// public URL in the config before the gateway binds it.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 const WEBHOOK_SECRET: &str = "whsec_Distinctive-42";
 
-/// `[channels.telegram]` in webhook mode, the gateway on `port`, which is
-/// also its public URL.
-fn webhook_config(ws: &Path, telegram: &chitin::testing::MockTelegram, port: u16) -> String {
+/// The gateway's public address in webhook tests. The gateway itself
+/// listens on port 0 and prints the port it got; the mock platform is told
+/// where the public URL is really served (`route_public_url`), as a tunnel
+/// in front of the gateway would be: no port is picked before the gateway
+/// binds it, so none can be taken meanwhile.
+const PUBLIC_URL: &str = "https://bot.example.test";
+
+/// `[channels.telegram]` in webhook mode behind [`PUBLIC_URL`].
+fn webhook_config(ws: &Path, telegram: &chitin::testing::MockTelegram) -> String {
     format!(
-        "workspace = \"{ws}\"\n[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:{port}\"\nauth_token = \"\"\n\
-         [channels.telegram]\nenabled = true\nmode = \"webhook\"\npublic_url = \"http://127.0.0.1:{port}\"\nallow_from = [\"555\"]\napi_base = \"{base}\"\n\
+        "workspace = \"{ws}\"\n[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
+         [channels.telegram]\nenabled = true\nmode = \"webhook\"\npublic_url = \"{PUBLIC_URL}\"\nallow_from = [\"555\"]\napi_base = \"{base}\"\n\
          bot_token = \"${{TG_TEST_TOKEN}}\"\nwebhook_secret = \"${{TG_TEST_WEBHOOK_SECRET}}\"\nbot_username = \"chitinbot\"\n",
         ws = ws.display(),
         base = telegram.api_base(),
@@ -521,14 +521,14 @@ fn telegram_webhook_round_trip_refuses_bad_secrets_and_dedups() {
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let mock = MockLlm::start(vec![MockReply::text("hooked"), MockReply::text("twice?!")]);
-    let port = free_port();
-    std::fs::write(home.path().join("config.toml"), webhook_config(&ws, &telegram, port)).unwrap();
+    std::fs::write(home.path().join("config.toml"), webhook_config(&ws, &telegram)).unwrap();
     let mut cmd = telegram_gateway(home.path(), &mock, tg_token);
     cmd.env("TG_TEST_WEBHOOK_SECRET", WEBHOOK_SECRET);
     let gw = Gateway::spawn(cmd);
+    telegram.route_public_url(PUBLIC_URL, &gw.base());
     gw.wait_for("setWebhook", || telegram.webhook().is_some());
     let hook = telegram.webhook().unwrap();
-    assert_eq!(hook.url, format!("http://127.0.0.1:{port}/webhooks/telegram/telegram"));
+    assert_eq!(hook.url, format!("{PUBLIC_URL}/webhooks/telegram/telegram"));
     assert_eq!(hook.secret_token.as_deref(), Some(WEBHOOK_SECRET), "the host substituted the placeholder in the body");
     assert!(telegram.requests_for("getUpdates").is_empty(), "no polling in webhook mode");
     assert!(telegram.requests_for("deleteWebhook").is_empty());
@@ -573,7 +573,7 @@ fn telegram_webhook_round_trip_refuses_bad_secrets_and_dedups() {
 fn webhook_mode_needs_its_secret() {
     let telegram = chitin::testing::MockTelegram::with_token("888002:x", "chitinbot");
     let home = tempfile::tempdir().unwrap();
-    let config = webhook_config(&home.path().join("ws"), &telegram, free_port()).replace("webhook_secret = \"${TG_TEST_WEBHOOK_SECRET}\"\n", "");
+    let config = webhook_config(&home.path().join("ws"), &telegram).replace("webhook_secret = \"${TG_TEST_WEBHOOK_SECRET}\"\n", "");
     std::fs::write(home.path().join("config.toml"), config).unwrap();
     let mock = MockLlm::start(vec![]);
     let out = run_within(&mut telegram_gateway(home.path(), &mock, "888002:x"), Duration::from_secs(60));
@@ -786,11 +786,11 @@ fn an_emit_flood_is_contained_and_the_other_channel_keeps_working() {
 fn a_failed_webhook_step_answers_500_and_the_retry_the_components_respond() {
     let home = tempfile::tempdir().unwrap();
     install(home.path());
-    let port = free_port();
     let mock = MockLlm::start(vec![MockReply::text("pong")]);
-    let config = config(1, "\"*\"")
-        .replace("listen = \"127.0.0.1:0\"", &format!("listen = \"127.0.0.1:{port}\""))
-        .replace("greeting = \"hi\"\n", &format!("greeting = \"hi\"\nmode = \"webhook\"\npublic_url = \"http://127.0.0.1:{port}\"\nwebhook_secret = \"${{ECHO_TEST_WEBHOOK_SECRET}}\"\n"));
+    let config = config(1, "\"*\"").replace(
+        "greeting = \"hi\"\n",
+        &format!("greeting = \"hi\"\nmode = \"webhook\"\npublic_url = \"{PUBLIC_URL}\"\nwebhook_secret = \"${{ECHO_TEST_WEBHOOK_SECRET}}\"\n"),
+    );
     std::fs::write(home.path().join("config.toml"), &config).unwrap();
     let mut cmd = chitin(home.path(), &["gateway"]);
     cmd.env("OPENAI_BASE_URL", mock.base_url()).env("ECHO_TEST_TOKEN", TOKEN).env("ECHO_TEST_WEBHOOK_SECRET", "echo-secret-77").env("RUST_LOG", "chitin=info");
@@ -798,7 +798,7 @@ fn a_failed_webhook_step_answers_500_and_the_retry_the_components_respond() {
     gw.wait_for("the webhook route", || gw.stderr().contains("webhook route /webhooks/echo/echo"));
     let post = |body: &str, secret: Option<&str>| -> (u16, String) {
         block_on(async {
-            let mut request = reqwest::Client::new().post(format!("http://127.0.0.1:{port}/webhooks/echo/echo")).body(body.to_string());
+            let mut request = reqwest::Client::new().post(gw.url("/webhooks/echo/echo")).body(body.to_string());
             if let Some(secret) = secret {
                 request = request.header("X-Echo-Secret", secret);
             }
@@ -975,4 +975,129 @@ fn tool_hints_are_one_progress_message_edited_no_faster_than_the_interval() {
     assert_eq!(sent.len(), 1, "only the reply: {sent:?}");
     assert_eq!(sent[0].text, "Tidied.");
     assert!(quiet.edits().is_empty());
+}
+
+/// The echo channel repacked under `name` with a manifest whose webhook is
+/// verified by `verify` (and `secrets` besides the token), installed in
+/// `home`'s plugins directory: the channel code is the same, only the recipe
+/// the host applies differs. A top-level manifest wins over the embedded one.
+fn install_echo_variant(home: &Path, name: &str, verify: serde_json::Value, extra_secrets: serde_json::Value) {
+    let component = std::fs::read(ECHO_CHANNEL_WASM).unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_slice(chitin::plugins::manifest::find_section(&component).unwrap().unwrap()).unwrap();
+    manifest["name"] = name.into();
+    manifest["channel"]["receive"] = serde_json::json!(["webhook"]);
+    manifest["channel"].as_object_mut().unwrap().remove("poll");
+    let mut secrets = vec![serde_json::json!({"name": "token", "audience": "api.example.test", "inject": ["url"]})];
+    secrets.extend(extra_secrets.as_array().unwrap().iter().cloned());
+    manifest["channel"]["secrets"] = secrets.into();
+    manifest["channel"]["webhook"]["verify"] = verify;
+    let manifest = chitin::plugins::manifest::Manifest::from_json(manifest.to_string().as_bytes()).expect("a valid manifest");
+    let packed = chitin::plugins::manifest::pack(&component, &manifest).unwrap();
+    std::fs::create_dir_all(home.join("plugins")).unwrap();
+    std::fs::write(home.join(format!("plugins/{name}.wasm")), packed).unwrap();
+}
+
+/// Issue 10: the `hmac-sha256` (Slack-style) and `ed25519` (Discord-style)
+/// recipes through the real `chitin gateway`, each on a channel whose
+/// manifest asks for it. A correctly signed request gets through to the
+/// component and the agent; a forged signature, a stale timestamp, a body
+/// changed after signing, a timestamp changed under an Ed25519 signature,
+/// or a missing header gets 401 and reaches neither the component nor the
+/// model.
+#[test]
+fn hmac_and_ed25519_signed_webhooks_through_the_gateway() {
+    use ed25519_dalek::Signer;
+    use hmac::Mac;
+    const SIGNING_SECRET: &str = "slack-signing-Distinctive-99";
+    let home = tempfile::tempdir().unwrap();
+    let signer = ed25519_dalek::SigningKey::from_bytes(&[42u8; 32]);
+    let public_key: String = signer.verifying_key().to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    install_echo_variant(
+        home.path(),
+        "echo-hmac",
+        serde_json::json!({"kind": "hmac-sha256", "header": "X-Slack-Signature", "timestamp_header": "X-Slack-Request-Timestamp",
+            "basestring": "v0:{timestamp}:{body}", "window_secs": 300, "secret": "signing_secret", "signature_prefix": "v0="}),
+        serde_json::json!([{"name": "signing_secret"}]),
+    );
+    install_echo_variant(
+        home.path(),
+        "echo-ed",
+        serde_json::json!({"kind": "ed25519", "header": "X-Signature-Ed25519", "timestamp_header": "X-Signature-Timestamp",
+            "basestring": "{timestamp}{body}", "public_key": public_key}),
+        serde_json::json!([]),
+    );
+    let mock = MockLlm::start(vec![MockReply::text("pong from hmac"), MockReply::text("pong from ed25519")]);
+    let channel = |name: &str, plugin: &str, extra: &str| {
+        format!(
+            "[plugins.{plugin}]\nnetwork = [\"api.example.test\"]\n\
+             [channels.{name}]\nenabled = true\nplugin = \"{plugin}\"\nmode = \"webhook\"\npublic_url = \"{PUBLIC_URL}\"\nallow_from = [\"*\"]\ntoken = \"${{ECHO_TEST_TOKEN}}\"\n{extra}"
+        )
+    };
+    let config = format!(
+        "[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n{}{}",
+        channel("slacky", "echo-hmac", "signing_secret = \"${ECHO_SIGNING_SECRET}\"\n"),
+        channel("discordy", "echo-ed", ""),
+    );
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let mut cmd = chitin(home.path(), &["gateway"]);
+    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("ECHO_TEST_TOKEN", TOKEN).env("ECHO_SIGNING_SECRET", SIGNING_SECRET).env("RUST_LOG", "chitin=info");
+    let gw = Gateway::spawn(cmd);
+    gw.wait_for("both webhook routes", || gw.stderr().contains("webhook route /webhooks/slacky/echo") && gw.stderr().contains("webhook route /webhooks/discordy/echo"));
+    let post = |path: &str, body: &str, headers: Vec<(&str, String)>| -> (u16, String) {
+        block_on(async {
+            let mut request = reqwest::Client::new().post(gw.url(path)).body(body.to_string());
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        })
+    };
+    let now = chrono::Utc::now().timestamp();
+    let hmac = |secret: &str, timestamp: i64, body: &str| {
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("v0:{timestamp}:{body}").as_bytes());
+        let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        format!("v0={hex}")
+    };
+    let slack = |signature: String, timestamp: i64| vec![("X-Slack-Signature", signature), ("X-Slack-Request-Timestamp", timestamp.to_string())];
+    let body = r#"{"updates":[{"id":1,"text":"signed hello"}]}"#;
+
+    // HMAC-SHA256: forged, stale, tampered, unsigned: 401, nothing further.
+    assert_eq!(post("/webhooks/slacky/echo", body, slack(hmac("not-the-secret", now, body), now)).0, 401, "forged");
+    assert_eq!(post("/webhooks/slacky/echo", body, slack(hmac(SIGNING_SECRET, now - 600, body), now - 600)).0, 401, "stale");
+    let tampered = body.replace("signed hello", "tampered");
+    assert_eq!(post("/webhooks/slacky/echo", &tampered, slack(hmac(SIGNING_SECRET, now, body), now)).0, 401, "body changed after signing");
+    assert_eq!(post("/webhooks/slacky/echo", body, vec![("X-Slack-Request-Timestamp", now.to_string())]).0, 401, "no signature");
+    assert_eq!(mock.request_count(), 0, "a refused request never reaches the model");
+    assert_eq!(delivered(&gw.stderr()), 0);
+    let (status, answer) = post("/webhooks/slacky/echo", body, slack(hmac(SIGNING_SECRET, now, body), now));
+    assert_eq!((status, answer.as_str()), (200, "ok"), "signed: the component's own answer");
+    gw.wait_for("the hmac channel's reply", || delivered(&gw.stderr()) == 1);
+
+    // Ed25519: signed by another key, a timestamp changed under the
+    // signature, a malformed signature: 401.
+    let ed = |key: &ed25519_dalek::SigningKey, timestamp: i64, body: &str| {
+        let signature: String = key.sign(format!("{timestamp}{body}").as_bytes()).to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        vec![("X-Signature-Ed25519", signature), ("X-Signature-Timestamp", timestamp.to_string())]
+    };
+    let body = r#"{"updates":[{"id":1,"text":"signed by ed25519"}]}"#;
+    let stranger = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+    assert_eq!(post("/webhooks/discordy/echo", body, ed(&stranger, now, body)).0, 401, "another key");
+    let mut replayed = ed(&signer, now, body);
+    replayed[1].1 = (now + 5).to_string();
+    assert_eq!(post("/webhooks/discordy/echo", body, replayed).0, 401, "the timestamp is signed too");
+    assert_eq!(post("/webhooks/discordy/echo", body, vec![("X-Signature-Ed25519", "zz".into()), ("X-Signature-Timestamp", now.to_string())]).0, 401);
+    assert_eq!(mock.request_count(), 1, "only the signed hmac request reached the model");
+    let (status, answer) = post("/webhooks/discordy/echo", body, ed(&signer, now, body));
+    assert_eq!((status, answer.as_str()), (200, "ok"));
+    gw.wait_for("the ed25519 channel's reply", || delivered(&gw.stderr()) == 2);
+    let err = gw.terminate();
+
+    assert_eq!(mock.request_count(), 2);
+    let asked = serde_json::to_string(&mock.requests()).unwrap();
+    assert!(asked.contains("signed hello") && asked.contains("signed by ed25519") && !asked.contains("tampered"), "{asked}");
+    assert_eq!(err.matches("webhook request refused (401)").count(), 7, "{err}");
+    assert!(err.contains("timestamp outside the 300 s window"), "{err}");
+    assert!(!err.contains(SIGNING_SECRET), "the signing secret leaked into the log");
 }
