@@ -854,7 +854,7 @@ fn the_message_tool_sends_workspace_files_to_a_telegram_chat() {
     let config = telegram_config(&ws, &telegram) + "max_upload_mb = 1\n";
     std::fs::write(home.path().join("config.toml"), config).unwrap();
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    gw.wait_for("two files sent", || telegram.sent_media().len() >= 2);
+    gw.wait_for("two files sent and the note", || telegram.sent_media().len() >= 2 && replies(&telegram).len() >= 2);
     gw.wait_for("the model's second request", || mock.request_count() >= 2);
     std::thread::sleep(Duration::from_millis(500));
     let err = gw.terminate();
@@ -867,12 +867,11 @@ fn the_message_tool_sends_workspace_files_to_a_telegram_chat() {
     assert_eq!(media[1].kind, "photo");
     assert_eq!(media[1].upload.as_ref().unwrap().bytes, png);
     let sent = replies(&telegram);
-    assert_eq!(sent.len(), 1, "the text once, the final reply suppressed: {sent:?}");
-    assert!(sent[0].text.contains("Here is the <b>report</b>"), "{:?}", sent[0].text);
-    assert!(
-        sent[0].text.contains("[not sent: big.bin (2 MB, over the channel's upload limit of 1 MB (config [channels.&lt;name&gt;] max_upload_mb))]"),
-        "the oversize file is named: {:?}",
-        sent[0].text
+    assert_eq!(sent.len(), 2, "the text, then the note; the final reply suppressed: {sent:?}");
+    assert_eq!(sent[0].text, "Here is the <b>report</b>");
+    assert_eq!(
+        sent[1].text, "[not sent: big.bin (2 MB, over the channel's upload limit of 1 MB (config [channels.<name>] max_upload_mb))]",
+        "the oversize file is named"
     );
     assert!(err.contains("file delivered") && err.contains("file not sent"), "{err}");
     assert!(!err.contains(tg_token), "the token leaked into the log");
@@ -1100,4 +1099,40 @@ fn hmac_and_ed25519_signed_webhooks_through_the_gateway() {
     assert_eq!(err.matches("webhook request refused (401)").count(), 7, "{err}");
     assert!(err.contains("timestamp outside the 300 s window"), "{err}");
     assert!(!err.contains(SIGNING_SECRET), "the signing secret leaked into the log");
+}
+
+/// The file is checked again when it is sent, not only when the `message`
+/// tool was called: here the text's first delivery fails (the channel
+/// retries it a second later), and meanwhile the checked file is replaced
+/// by a link to a file outside the workspace. The upload refuses it and the
+/// chat is told; the outside bytes go nowhere.
+#[test]
+fn a_file_swapped_for_a_link_after_the_check_is_not_sent() {
+    let tg_token = "555555:SECRET-swap-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "send me the report"));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("report.txt"), "the report").unwrap();
+    std::fs::write(home.path().join("outside.txt"), "OUTSIDE-SECRET-BYTES").unwrap();
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("message", serde_json::json!({"content": "Here it is", "media": ["report.txt"]}).to_string()),
+        MockReply::text("Sent."),
+    ]);
+    let config = telegram_config(&ws, &telegram) + "send_tool_hints = false\nsend_progress = false\n";
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    telegram.fail_next("sendMessage", 500, None);
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the text's first, failed delivery", || !telegram.requests_for("sendMessage").is_empty());
+    std::fs::remove_file(ws.join("report.txt")).unwrap();
+    std::os::unix::fs::symlink(home.path().join("outside.txt"), ws.join("report.txt")).unwrap();
+    gw.wait_for("the note", || replies(&telegram).len() >= 2);
+    let err = gw.terminate();
+    assert!(telegram.sent_media().is_empty(), "{:?}", telegram.sent_media());
+    let sent: Vec<String> = replies(&telegram).into_iter().map(|m| m.text).collect();
+    assert_eq!(sent[0], "Here it is");
+    assert!(sent[1].starts_with("[not sent: report.txt (cannot open it inside the workspace"), "{sent:?}");
+    assert!(!sent.concat().contains("OUTSIDE-SECRET") && !err.contains("OUTSIDE-SECRET"));
+    assert!(err.contains("delivery failed, retrying"), "{err}");
 }

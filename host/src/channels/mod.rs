@@ -792,51 +792,38 @@ impl Outbox {
         }
     }
 
-    /// Delivers one reply: its files are opened first (one that cannot be
-    /// sent is named in the text), then the text goes out through `deliver`
-    /// with retries, then each file through `upload-request`.
+    /// Delivers one reply: the text through `deliver` with retries, then
+    /// each file through `upload-request`, opened only right before its
+    /// upload (so what is checked is what is sent, however long the text
+    /// took); the files that could not be sent are named in one note after.
     async fn deliver_reply(&self, rate: &mut RateLimit, message: &OutboundMessage) {
-        let mut files = Vec::new();
+        if !message.content.trim().is_empty() {
+            self.deliver_text(rate, message, message.content.clone(), message.reply_to.clone()).await;
+        }
+        self.send_files(rate, message).await;
+    }
+
+    /// Uploads the message's files one by one; those that fail are named in
+    /// one note.
+    async fn send_files(&self, rate: &mut RateLimit, message: &OutboundMessage) {
+        let thread = thread_of(message);
         let mut notes = Vec::new();
         for path in &message.media {
-            match upload::open(self.workspace.as_ref(), path, self.max_upload) {
-                Ok(file) => files.push(file),
-                Err(reason) => {
-                    let name = upload::shown_name(path);
-                    tracing::warn!(channel = %self.name, chat = %message.chat_id, file = %name, "file not sent: {reason}");
-                    notes.push(upload::note(&name, &reason));
+            let name = upload::shown_name(path);
+            let sent = match upload::open(self.workspace.as_ref(), path, self.max_upload) {
+                Ok(file) => {
+                    wait_for_rate(&self.name, rate, &message.chat_id).await;
+                    upload::send(&self.name, &self.plugin, &self.runtime, &self.transport, &message.chat_id, thread.as_deref(), &file).await
                 }
+                Err(reason) => Err(reason),
+            };
+            if let Err(reason) = sent {
+                tracing::warn!(channel = %self.name, chat = %message.chat_id, file = %name, "file not sent: {reason}");
+                notes.push(upload::note(&name, &reason));
             }
         }
-        let text = upload::with_notes(&message.content, &notes);
-        if !text.trim().is_empty() {
-            self.deliver_text(rate, message, text, message.reply_to.clone()).await;
-        }
-        self.upload_all(rate, message, files).await;
-    }
-
-    /// The files of a reply whose text went out as a stream.
-    async fn send_files(&self, rate: &mut RateLimit, message: &OutboundMessage) {
-        if message.media.is_empty() {
-            return;
-        }
-        let media = OutboundMessage { content: String::new(), ..message.clone() };
-        self.deliver_reply(rate, &media).await;
-    }
-
-    /// Uploads `files` one by one; those that fail are named in one note.
-    async fn upload_all(&self, rate: &mut RateLimit, message: &OutboundMessage, files: Vec<upload::OpenFile>) {
-        let thread = thread_of(message);
-        let mut failed = Vec::new();
-        for file in files {
-            wait_for_rate(&self.name, rate, &message.chat_id).await;
-            if let Err(reason) = upload::send(&self.name, &self.plugin, &self.runtime, &self.transport, &message.chat_id, thread.as_deref(), &file).await {
-                tracing::warn!(channel = %self.name, chat = %message.chat_id, file = %file.meta.file_name, "file not sent: {reason}");
-                failed.push(upload::note(&file.meta.file_name, &reason));
-            }
-        }
-        if !failed.is_empty() {
-            self.deliver_text(rate, message, failed.join("\n"), None).await;
+        if !notes.is_empty() {
+            self.deliver_text(rate, message, notes.join("\n"), None).await;
         }
     }
 

@@ -66,15 +66,6 @@ pub fn note(name: &str, reason: &str) -> String {
     format!("[not sent: {name} ({reason})]")
 }
 
-/// `text` with `notes` after it, one per line.
-pub fn with_notes(text: &str, notes: &[String]) -> String {
-    match (text.trim().is_empty(), notes.is_empty()) {
-        (_, true) => text.to_string(),
-        (true, false) => notes.join("\n"),
-        (false, false) => format!("{text}\n\n{}", notes.join("\n")),
-    }
-}
-
 /// Opens `path` (absolute, as the `message` tool resolved it) for sending:
 /// it must lie inside `workspace`, be a regular file (a symlink is followed
 /// only while it stays inside), and be at most `cap` bytes. The error is
@@ -207,11 +198,9 @@ mod tests {
     }
 
     #[test]
-    fn names_are_clean_and_notes_follow_the_text() {
+    fn names_are_clean_and_notes_name_the_file() {
         assert_eq!(shown_name(Path::new("/ws/a\u{1b}[31m.txt")), "a[31m.txt");
         assert_eq!(shown_name(Path::new("/ws/")), "ws");
-        assert_eq!(with_notes("hi", &[]), "hi");
-        assert_eq!(with_notes("", &[note("a.pdf", "why")]), "[not sent: a.pdf (why)]");
-        assert_eq!(with_notes("report", &[note("a", "x"), note("b", "y")]), "report\n\n[not sent: a (x)]\n[not sent: b (y)]");
+        assert_eq!(note("a.pdf", "why"), "[not sent: a.pdf (why)]");
     }
 }
