@@ -16,11 +16,15 @@ fn main() {
     let entries: String = plugins
         .iter()
         .zip(&paths)
-        .map(|((name, _), path)| format!("    ({name:?}, include_bytes!({:?})),\n", path.display().to_string()))
+        .map(|((name, _), path)| {
+            // The content hash (the compile cache's key) is taken here, once,
+            // so a process never reads the embedded bytes just to name them.
+            let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+            let hash = blake3::hash(&bytes);
+            format!("    Builtin {{ name: {name:?}, bytes: include_bytes!({:?}), hash: {:?} }},\n", path.display().to_string(), hash.as_bytes())
+        })
         .collect();
-    let code = format!(
-        "/// First-party plugins compiled into the binary: (name, component bytes).\npub static BUILTIN_PLUGINS: &[(&str, &[u8])] = &[\n{entries}];\n"
-    );
+    let code = format!("/// First-party plugins compiled into the binary.\npub static BUILTIN_PLUGINS: &[Builtin] = &[\n{entries}];\n");
     let out = std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("builtin_plugins.rs");
     std::fs::write(&out, code).expect("writing builtin_plugins.rs");
     println!("cargo:rerun-if-changed=build.rs");

@@ -197,8 +197,8 @@ async fn a_0_1_0_tool_component_loads_and_runs_unchanged() {
     assert_eq!(host.call("echo", json!({"text": "0.1.0 still works"})).await.unwrap(), "0.1.0 still works");
     let hello = OnePlugin::new(HELLO_WASM, GrantConfig::default(), Limits::default());
     assert_eq!(hello.plugin.world, World::ToolV0_1);
-    let (_, fs) = chitin::plugins::BUILTIN_PLUGINS.iter().find(|(name, _)| *name == "fs").expect("fs is built in");
-    assert_eq!(World::detect(fs).unwrap(), World::ToolV0_1);
+    let fs = chitin::plugins::builtin("fs").expect("fs is built in");
+    assert_eq!(World::detect(fs.bytes).unwrap(), World::ToolV0_1);
 }
 
 #[tokio::test(flavor = "multi_thread")]

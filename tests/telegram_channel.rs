@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chitin::plugins::channel::{Action, Callback, HttpMethod, HttpRequest, HttpResponse, Inbound, Outgoing, Step, Trigger};
 use chitin::plugins::world::World;
-use chitin::plugins::{BUILTIN_PLUGINS, ChannelFailure, GrantConfig, Limits, LoadedPlugin, PluginError, PluginRuntime, PluginSource, RuntimeConfig};
+use chitin::plugins::{ChannelFailure, GrantConfig, Limits, LoadedPlugin, PluginError, PluginRuntime, RuntimeConfig};
 use chitin::testing::{CONFLICT_POLLER, MockTelegram, MockUpdate};
 use chitin_plugin_telegram::update::Conversation;
 use chitin_plugin_telegram::{TOKEN_PLACEHOLDER, channel};
@@ -36,8 +36,8 @@ fn telegram() -> Host {
         limits: Limits { timeout_ms: 5_000, ..Limits::default() },
     })
     .expect("runtime");
-    let (_, bytes) = BUILTIN_PLUGINS.iter().find(|(name, _)| *name == "telegram").expect("telegram is built in");
-    let plugin = runtime.load(PluginSource::Builtin, (*bytes).into(), &GrantConfig::default()).expect("the component loads");
+    let telegram = chitin::plugins::builtin("telegram").expect("telegram is built in");
+    let plugin = runtime.load_builtin(telegram, &GrantConfig::default()).expect("the component loads");
     Host { runtime, plugin, client: reqwest::Client::new(), _root: root }
 }
 

@@ -58,11 +58,11 @@ fn load_cold_vs_warm(rt: &tokio::runtime::Runtime, bytes: &[u8], home: &Path) {
 /// Compile (no cache) of the fs plugin: in this process vs in the compile
 /// child (`chitin __compile` under its CPU and memory limits), medians of 5.
 fn compile_child_vs_in_process(rt: &tokio::runtime::Runtime, home: &Path) {
-    let (_, fs) = chitin::plugins::BUILTIN_PLUGINS.iter().find(|(name, _)| *name == "fs").expect("fs is built in");
+    let fs = chitin::plugins::builtin("fs").expect("fs is built in");
     let measure = |child: bool| {
         let runtime = PluginRuntime::new(RuntimeConfig { workspace: home.to_path_buf(), cache_dir: None, limits: Default::default() }).unwrap();
         let runtime = if child { runtime.with_compile_child(CHITIN_BIN.into()) } else { runtime };
-        let plugin = runtime.load(PluginSource::Builtin, Arc::from(*fs), &Default::default()).unwrap();
+        let plugin = runtime.load_builtin(fs, &Default::default()).unwrap();
         let started = Instant::now();
         rt.block_on(runtime.prepare(&plugin)).unwrap();
         started.elapsed()

@@ -122,6 +122,14 @@ impl Workspace {
         inside(rel).is_ok_and(|rel| self.dir.metadata(rel).is_ok_and(|m| m.is_dir()))
     }
 
+    /// The regular file at `rel`, open for reading, and its length, for a
+    /// caller that streams it (a file sent to a chat). `Ok(None)` when it
+    /// does not exist. The check is on the open handle: what is read is
+    /// what was checked.
+    pub fn open_read(&self, rel: &Path) -> Result<Option<(std::fs::File, u64)>, WorkspaceError> {
+        Ok(self.open_regular(rel, OpenOptions::new().read(true), "read")?.map(|(file, meta)| (file.into_std(), meta.len())))
+    }
+
     /// Up to `cap` bytes from the start of the regular file at `rel`.
     /// `Ok(None)` when it does not exist.
     pub fn read_capped(&self, rel: &Path, cap: usize) -> Result<Option<Capped>, WorkspaceError> {

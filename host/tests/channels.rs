@@ -252,12 +252,14 @@ fn telegram_round_trip_through_the_agent_and_the_fs_tool() {
     ]);
     std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    gw.wait_for("the reply sent to the chat", || !telegram.sent_messages().is_empty());
+    gw.wait_for("the reply sent to the chat", || !replies(&telegram).is_empty());
     let err = gw.terminate();
-    let sent = telegram.sent_messages();
+    let sent = replies(&telegram);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].chat_id, 777);
     assert!(sent[0].text.contains("<b>note.txt</b>"), "rendered for Telegram: {:?}", sent[0].text);
+    let hints: Vec<_> = telegram.sent_messages().into_iter().filter(|m| m.text.starts_with('↳')).collect();
+    assert!(hints.len() == 1 && hints[0].text.starts_with("↳ write_file("), "the tool call was shown: {hints:?}");
     assert_eq!(std::fs::read_to_string(ws.join("note.txt")).unwrap(), "hi from telegram");
     assert_eq!(telegram.requests_for("deleteWebhook").len(), 1, "poll mode deletes any webhook first");
     // "typing" was shown in the chat while the agent worked (set-status,
@@ -430,11 +432,11 @@ fn the_message_tool_answers_a_telegram_chat_through_the_channel_queue() {
     std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
     gw.wait_for("the model's second request", || mock.request_count() >= 2);
-    gw.wait_for("the message sent to the chat", || !telegram.sent_messages().is_empty());
+    gw.wait_for("the message sent to the chat", || !replies(&telegram).is_empty());
     // Give a (wrong) second send time to happen before looking.
     std::thread::sleep(Duration::from_millis(700));
     let err = gw.terminate();
-    let sent = telegram.sent_messages();
+    let sent = replies(&telegram);
     assert_eq!(sent.len(), 1, "only the message tool's send: {sent:?}");
     assert_eq!(sent[0].chat_id, 777);
     assert!(sent[0].text.contains("<b>all good</b>"), "{:?}", sent[0].text);
@@ -460,7 +462,7 @@ fn a_missed_cron_job_fires_once_after_a_restart_into_its_chat() {
     ]);
     std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    gw.wait_for("the confirmation", || !telegram.sent_messages().is_empty());
+    gw.wait_for("the confirmation", || !replies(&telegram).is_empty());
     gw.terminate();
     let jobs: serde_json::Value = serde_json::from_slice(&std::fs::read(home.path().join("cron/jobs.json")).unwrap()).unwrap();
     assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1, "{jobs}");
@@ -470,10 +472,10 @@ fn a_missed_cron_job_fires_once_after_a_restart_into_its_chat() {
     std::thread::sleep(Duration::from_secs(5));
     let mock = MockLlm::start(vec![MockReply::text("Time to stretch!")]);
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    gw.wait_for("the reminder", || telegram.sent_messages().len() >= 2);
+    gw.wait_for("the reminder", || replies(&telegram).len() >= 2);
     std::thread::sleep(Duration::from_millis(2500));
     gw.terminate();
-    let sent: Vec<String> = telegram.sent_messages().into_iter().map(|m| m.text).collect();
+    let sent: Vec<String> = replies(&telegram).into_iter().map(|m| m.text).collect();
     assert_eq!(sent, ["Reminder set.", "Time to stretch!"], "fired once, answered in its chat");
     assert_eq!(mock.request_count(), 1);
     let asked = serde_json::to_string(&mock.requests()[0]).unwrap();
@@ -487,20 +489,20 @@ fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
 }
 
-/// A port nobody listens on right now: webhook mode needs the gateway's
-/// public URL in the config before the gateway binds it.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 const WEBHOOK_SECRET: &str = "whsec_Distinctive-42";
 
-/// `[channels.telegram]` in webhook mode, the gateway on `port`, which is
-/// also its public URL.
-fn webhook_config(ws: &Path, telegram: &chitin::testing::MockTelegram, port: u16) -> String {
+/// The gateway's public address in webhook tests. The gateway itself
+/// listens on port 0 and prints the port it got; the mock platform is told
+/// where the public URL is really served (`route_public_url`), as a tunnel
+/// in front of the gateway would be: no port is picked before the gateway
+/// binds it, so none can be taken meanwhile.
+const PUBLIC_URL: &str = "https://bot.example.test";
+
+/// `[channels.telegram]` in webhook mode behind [`PUBLIC_URL`].
+fn webhook_config(ws: &Path, telegram: &chitin::testing::MockTelegram) -> String {
     format!(
-        "workspace = \"{ws}\"\n[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:{port}\"\nauth_token = \"\"\n\
-         [channels.telegram]\nenabled = true\nmode = \"webhook\"\npublic_url = \"http://127.0.0.1:{port}\"\nallow_from = [\"555\"]\napi_base = \"{base}\"\n\
+        "workspace = \"{ws}\"\n[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
+         [channels.telegram]\nenabled = true\nmode = \"webhook\"\npublic_url = \"{PUBLIC_URL}\"\nallow_from = [\"555\"]\napi_base = \"{base}\"\n\
          bot_token = \"${{TG_TEST_TOKEN}}\"\nwebhook_secret = \"${{TG_TEST_WEBHOOK_SECRET}}\"\nbot_username = \"chitinbot\"\n",
         ws = ws.display(),
         base = telegram.api_base(),
@@ -519,14 +521,14 @@ fn telegram_webhook_round_trip_refuses_bad_secrets_and_dedups() {
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let mock = MockLlm::start(vec![MockReply::text("hooked"), MockReply::text("twice?!")]);
-    let port = free_port();
-    std::fs::write(home.path().join("config.toml"), webhook_config(&ws, &telegram, port)).unwrap();
+    std::fs::write(home.path().join("config.toml"), webhook_config(&ws, &telegram)).unwrap();
     let mut cmd = telegram_gateway(home.path(), &mock, tg_token);
     cmd.env("TG_TEST_WEBHOOK_SECRET", WEBHOOK_SECRET);
     let gw = Gateway::spawn(cmd);
+    telegram.route_public_url(PUBLIC_URL, &gw.base());
     gw.wait_for("setWebhook", || telegram.webhook().is_some());
     let hook = telegram.webhook().unwrap();
-    assert_eq!(hook.url, format!("http://127.0.0.1:{port}/webhooks/telegram/telegram"));
+    assert_eq!(hook.url, format!("{PUBLIC_URL}/webhooks/telegram/telegram"));
     assert_eq!(hook.secret_token.as_deref(), Some(WEBHOOK_SECRET), "the host substituted the placeholder in the body");
     assert!(telegram.requests_for("getUpdates").is_empty(), "no polling in webhook mode");
     assert!(telegram.requests_for("deleteWebhook").is_empty());
@@ -571,7 +573,7 @@ fn telegram_webhook_round_trip_refuses_bad_secrets_and_dedups() {
 fn webhook_mode_needs_its_secret() {
     let telegram = chitin::testing::MockTelegram::with_token("888002:x", "chitinbot");
     let home = tempfile::tempdir().unwrap();
-    let config = webhook_config(&home.path().join("ws"), &telegram, free_port()).replace("webhook_secret = \"${TG_TEST_WEBHOOK_SECRET}\"\n", "");
+    let config = webhook_config(&home.path().join("ws"), &telegram).replace("webhook_secret = \"${TG_TEST_WEBHOOK_SECRET}\"\n", "");
     std::fs::write(home.path().join("config.toml"), config).unwrap();
     let mock = MockLlm::start(vec![]);
     let out = run_within(&mut telegram_gateway(home.path(), &mock, "888002:x"), Duration::from_secs(60));
@@ -784,11 +786,11 @@ fn an_emit_flood_is_contained_and_the_other_channel_keeps_working() {
 fn a_failed_webhook_step_answers_500_and_the_retry_the_components_respond() {
     let home = tempfile::tempdir().unwrap();
     install(home.path());
-    let port = free_port();
     let mock = MockLlm::start(vec![MockReply::text("pong")]);
-    let config = config(1, "\"*\"")
-        .replace("listen = \"127.0.0.1:0\"", &format!("listen = \"127.0.0.1:{port}\""))
-        .replace("greeting = \"hi\"\n", &format!("greeting = \"hi\"\nmode = \"webhook\"\npublic_url = \"http://127.0.0.1:{port}\"\nwebhook_secret = \"${{ECHO_TEST_WEBHOOK_SECRET}}\"\n"));
+    let config = config(1, "\"*\"").replace(
+        "greeting = \"hi\"\n",
+        &format!("greeting = \"hi\"\nmode = \"webhook\"\npublic_url = \"{PUBLIC_URL}\"\nwebhook_secret = \"${{ECHO_TEST_WEBHOOK_SECRET}}\"\n"),
+    );
     std::fs::write(home.path().join("config.toml"), &config).unwrap();
     let mut cmd = chitin(home.path(), &["gateway"]);
     cmd.env("OPENAI_BASE_URL", mock.base_url()).env("ECHO_TEST_TOKEN", TOKEN).env("ECHO_TEST_WEBHOOK_SECRET", "echo-secret-77").env("RUST_LOG", "chitin=info");
@@ -796,7 +798,7 @@ fn a_failed_webhook_step_answers_500_and_the_retry_the_components_respond() {
     gw.wait_for("the webhook route", || gw.stderr().contains("webhook route /webhooks/echo/echo"));
     let post = |body: &str, secret: Option<&str>| -> (u16, String) {
         block_on(async {
-            let mut request = reqwest::Client::new().post(format!("http://127.0.0.1:{port}/webhooks/echo/echo")).body(body.to_string());
+            let mut request = reqwest::Client::new().post(gw.url("/webhooks/echo/echo")).body(body.to_string());
             if let Some(secret) = secret {
                 request = request.header("X-Echo-Secret", secret);
             }
@@ -818,4 +820,319 @@ fn a_failed_webhook_step_answers_500_and_the_retry_the_components_respond() {
     assert_eq!(mock.request_count(), 1, "the retried update reached the agent once: {err}");
     assert_eq!(delivered(&err), 1);
     assert!(!err.contains("echo-secret-77"), "the secret is in the log");
+}
+
+/// The replies a chat got: sent messages other than the turn's progress
+/// message (its lines start with `↳` or `…`, see `channels::progress`).
+fn replies(telegram: &chitin::testing::MockTelegram) -> Vec<chitin::testing::SentMessage> {
+    telegram.sent_messages().into_iter().filter(|m| !m.text.starts_with('↳') && !m.text.starts_with('…')).collect()
+}
+
+/// Issue 10, "sending files to channels": the `message` tool's media go to
+/// the Telegram chat as uploads the host streams from the workspace (the
+/// component only names the method and the chat): a PDF as a document, a
+/// PNG as a photo, each with its exact bytes and name; a file over the
+/// channel's `max_upload_mb` is not sent and the chat is told so in the
+/// message's text.
+#[test]
+fn the_message_tool_sends_workspace_files_to_a_telegram_chat() {
+    let tg_token = "525252:SECRET-files-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "send me the report"));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    std::fs::create_dir_all(ws.join("out")).unwrap();
+    let pdf: Vec<u8> = b"%PDF-1.4\n".iter().copied().chain((0..200_000u32).map(|i| (i % 251) as u8)).collect();
+    std::fs::write(ws.join("out/report.pdf"), &pdf).unwrap();
+    let png = b"\x89PNG\r\n\x1a\n not really a picture".to_vec();
+    std::fs::write(ws.join("chart.png"), &png).unwrap();
+    std::fs::write(ws.join("big.bin"), vec![7u8; 2 << 20]).unwrap();
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("message", serde_json::json!({"content": "Here is the **report**", "media": ["out/report.pdf", "chart.png", "big.bin"]}).to_string()),
+        MockReply::text("Sent."),
+    ]);
+    let config = telegram_config(&ws, &telegram) + "max_upload_mb = 1\n";
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("two files sent and the note", || telegram.sent_media().len() >= 2 && replies(&telegram).len() >= 2);
+    gw.wait_for("the model's second request", || mock.request_count() >= 2);
+    std::thread::sleep(Duration::from_millis(500));
+    let err = gw.terminate();
+    let media = telegram.sent_media();
+    assert_eq!(media.len(), 2, "{media:?}");
+    assert_eq!((media[0].kind.as_str(), media[0].chat_id), ("document", 777));
+    let document = media[0].upload.as_ref().expect("uploaded, not named by id");
+    assert_eq!((document.field.as_str(), document.filename.as_deref()), ("document", Some("report.pdf")));
+    assert!(document.bytes == pdf, "the exact bytes: {} of {}", document.bytes.len(), pdf.len());
+    assert_eq!(media[1].kind, "photo");
+    assert_eq!(media[1].upload.as_ref().unwrap().bytes, png);
+    let sent = replies(&telegram);
+    assert_eq!(sent.len(), 2, "the text, then the note; the final reply suppressed: {sent:?}");
+    assert_eq!(sent[0].text, "Here is the <b>report</b>");
+    assert_eq!(
+        sent[1].text, "[not sent: big.bin (2 MB, over the channel's upload limit of 1 MB (config [channels.<name>] max_upload_mb))]",
+        "the oversize file is named"
+    );
+    assert!(err.contains("file delivered") && err.contains("file not sent"), "{err}");
+    assert!(!err.contains(tg_token), "the token leaked into the log");
+    let uploads = telegram.requests_for("sendDocument");
+    assert!(uploads.iter().all(|r| r.authorized), "the host filled in the token");
+}
+
+/// Files the `message` tool must not send: a FIFO and a link that leads out
+/// of the workspace are refused at the call with a message saying why;
+/// nothing is uploaded and the outside file's bytes go nowhere.
+#[test]
+fn a_fifo_or_a_link_out_is_never_sent_to_a_chat() {
+    let tg_token = "535353:SECRET-refuse-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "send me the secret"));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(home.path().join("outside.txt"), "OUTSIDE-SECRET-BYTES").unwrap();
+    std::os::unix::fs::symlink(home.path().join("outside.txt"), ws.join("leak.txt")).unwrap();
+    let fifo = std::ffi::CString::new(ws.join("pipe").as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("message", serde_json::json!({"content": "a", "media": ["pipe"]}).to_string()),
+        MockReply::tool_call("message", serde_json::json!({"content": "b", "media": ["leak.txt"]}).to_string()),
+        MockReply::text("I could not send those."),
+    ]);
+    std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the final reply", || replies(&telegram).iter().any(|m| m.text.contains("could not send")));
+    gw.terminate();
+    assert!(telegram.sent_media().is_empty(), "{:?}", telegram.sent_media());
+    let results: Vec<String> = mock.requests()[1..]
+        .iter()
+        .map(|r| r["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap()["content"].as_str().unwrap().to_string())
+        .collect();
+    assert!(results[0].contains("pipe") && results[0].contains("FIFO"), "{results:?}");
+    assert!(results[1].contains("leak.txt") && !results[1].contains("OUTSIDE-SECRET"), "{results:?}");
+    let all: String = telegram.sent_messages().iter().map(|m| m.text.clone()).collect();
+    assert!(!all.contains("OUTSIDE-SECRET"));
+    assert_eq!(replies(&telegram).len(), 1, "neither refused send went out: {:?}", telegram.sent_messages());
+}
+
+/// Issue 10, "channels and tool progress": while a turn runs, its tool
+/// calls show in the chat as one progress message (`send_tool_hints`, on by
+/// default as in nanobot) that is edited as calls start and end, never
+/// faster than the platform's edit interval; the reply is its own message.
+/// With `send_tool_hints = false` and `send_progress = false` the chat sees
+/// only the reply.
+#[test]
+fn tool_hints_are_one_progress_message_edited_no_faster_than_the_interval() {
+    let tg_token = "545454:SECRET-hints-distinctive";
+    let run = |hints_on: bool| {
+        let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+        telegram.push(chitin::testing::MockUpdate::text(777, 555, "tidy up my notes"));
+        let home = tempfile::tempdir().unwrap();
+        let ws = home.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("my_notes_*draft*.md"), "alpha").unwrap();
+        let mock = MockLlm::start(vec![
+            MockReply::tool_call("list_dir", serde_json::json!({"path": "."}).to_string()),
+            MockReply::tool_call("read_file", serde_json::json!({"path": "my_notes_*draft*.md"}).to_string()),
+            MockReply::tool_call("write_file", serde_json::json!({"path": "b.md", "content": "beta"}).to_string()),
+            MockReply::text("Tidied."),
+        ])
+        .with_latency(Duration::from_millis(600));
+        let mut config = telegram_config(&ws, &telegram);
+        if !hints_on {
+            config += "send_tool_hints = false\nsend_progress = false\n";
+        }
+        std::fs::write(home.path().join("config.toml"), config).unwrap();
+        let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+        gw.wait_for("the reply", || replies(&telegram).iter().any(|m| m.text == "Tidied."));
+        std::thread::sleep(Duration::from_millis(300));
+        gw.terminate();
+        telegram
+    };
+
+    let telegram = run(true);
+    let sent = telegram.sent_messages();
+    let progress: Vec<_> = sent.iter().filter(|m| m.text.starts_with('↳')).collect();
+    assert_eq!(progress.len(), 1, "one progress message for the turn: {sent:?}");
+    assert!(progress[0].text.starts_with("↳ list_dir("), "{:?}", progress[0].text);
+    let edits = telegram.edits();
+    assert!(!edits.is_empty() && edits.iter().all(|e| e.message_id == progress[0].message_id), "{edits:?}");
+    let last = &edits.last().unwrap().text;
+    assert!(last.contains("list_dir(") && last.contains(" ✓") && last.contains("read_file("), "later calls and outcomes shown: {last:?}");
+    assert!(last.contains("my_notes_*draft*.md") && !last.contains("<i>"), "Markdown in the arguments stays literal: {last:?}");
+    assert_eq!(replies(&telegram).len(), 1);
+    // The progress message's requests kept the interval.
+    let mut times: Vec<std::time::Instant> = telegram.requests_for("editMessageText").iter().map(|r| r.at).collect();
+    times.extend(telegram.requests_for("sendMessage").iter().filter(|r| r.params.get("text").and_then(|t| t.as_str()).is_some_and(|t| t.starts_with('↳'))).map(|r| r.at));
+    times.sort();
+    let gaps: Vec<Duration> = times.windows(2).map(|pair| pair[1] - pair[0]).collect();
+    eprintln!("tool hints: 3 calls, 1 progress message + {} edits, gaps {gaps:?}", edits.len());
+    assert!(gaps.iter().all(|gap| *gap >= Duration::from_millis(1000)), "{gaps:?}");
+
+    let quiet = run(false);
+    let sent = quiet.sent_messages();
+    assert_eq!(sent.len(), 1, "only the reply: {sent:?}");
+    assert_eq!(sent[0].text, "Tidied.");
+    assert!(quiet.edits().is_empty());
+}
+
+/// The echo channel repacked under `name` with a manifest whose webhook is
+/// verified by `verify` (and `secrets` besides the token), installed in
+/// `home`'s plugins directory: the channel code is the same, only the recipe
+/// the host applies differs. A top-level manifest wins over the embedded one.
+fn install_echo_variant(home: &Path, name: &str, verify: serde_json::Value, extra_secrets: serde_json::Value) {
+    let component = std::fs::read(ECHO_CHANNEL_WASM).unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_slice(chitin::plugins::manifest::find_section(&component).unwrap().unwrap()).unwrap();
+    manifest["name"] = name.into();
+    manifest["channel"]["receive"] = serde_json::json!(["webhook"]);
+    manifest["channel"].as_object_mut().unwrap().remove("poll");
+    let mut secrets = vec![serde_json::json!({"name": "token", "audience": "api.example.test", "inject": ["url"]})];
+    secrets.extend(extra_secrets.as_array().unwrap().iter().cloned());
+    manifest["channel"]["secrets"] = secrets.into();
+    manifest["channel"]["webhook"]["verify"] = verify;
+    let manifest = chitin::plugins::manifest::Manifest::from_json(manifest.to_string().as_bytes()).expect("a valid manifest");
+    let packed = chitin::plugins::manifest::pack(&component, &manifest).unwrap();
+    std::fs::create_dir_all(home.join("plugins")).unwrap();
+    std::fs::write(home.join(format!("plugins/{name}.wasm")), packed).unwrap();
+}
+
+/// Issue 10: the `hmac-sha256` (Slack-style) and `ed25519` (Discord-style)
+/// recipes through the real `chitin gateway`, each on a channel whose
+/// manifest asks for it. A correctly signed request gets through to the
+/// component and the agent; a forged signature, a stale timestamp, a body
+/// changed after signing, a timestamp changed under an Ed25519 signature,
+/// or a missing header gets 401 and reaches neither the component nor the
+/// model.
+#[test]
+fn hmac_and_ed25519_signed_webhooks_through_the_gateway() {
+    use ed25519_dalek::Signer;
+    use hmac::Mac;
+    const SIGNING_SECRET: &str = "slack-signing-Distinctive-99";
+    let home = tempfile::tempdir().unwrap();
+    let signer = ed25519_dalek::SigningKey::from_bytes(&[42u8; 32]);
+    let public_key: String = signer.verifying_key().to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    install_echo_variant(
+        home.path(),
+        "echo-hmac",
+        serde_json::json!({"kind": "hmac-sha256", "header": "X-Slack-Signature", "timestamp_header": "X-Slack-Request-Timestamp",
+            "basestring": "v0:{timestamp}:{body}", "window_secs": 300, "secret": "signing_secret", "signature_prefix": "v0="}),
+        serde_json::json!([{"name": "signing_secret"}]),
+    );
+    install_echo_variant(
+        home.path(),
+        "echo-ed",
+        serde_json::json!({"kind": "ed25519", "header": "X-Signature-Ed25519", "timestamp_header": "X-Signature-Timestamp",
+            "basestring": "{timestamp}{body}", "public_key": public_key}),
+        serde_json::json!([]),
+    );
+    let mock = MockLlm::start(vec![MockReply::text("pong from hmac"), MockReply::text("pong from ed25519")]);
+    let channel = |name: &str, plugin: &str, extra: &str| {
+        format!(
+            "[plugins.{plugin}]\nnetwork = [\"api.example.test\"]\n\
+             [channels.{name}]\nenabled = true\nplugin = \"{plugin}\"\nmode = \"webhook\"\npublic_url = \"{PUBLIC_URL}\"\nallow_from = [\"*\"]\ntoken = \"${{ECHO_TEST_TOKEN}}\"\n{extra}"
+        )
+    };
+    let config = format!(
+        "[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n{}{}",
+        channel("slacky", "echo-hmac", "signing_secret = \"${ECHO_SIGNING_SECRET}\"\n"),
+        channel("discordy", "echo-ed", ""),
+    );
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let mut cmd = chitin(home.path(), &["gateway"]);
+    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("ECHO_TEST_TOKEN", TOKEN).env("ECHO_SIGNING_SECRET", SIGNING_SECRET).env("RUST_LOG", "chitin=info");
+    let gw = Gateway::spawn(cmd);
+    gw.wait_for("both webhook routes", || gw.stderr().contains("webhook route /webhooks/slacky/echo") && gw.stderr().contains("webhook route /webhooks/discordy/echo"));
+    let post = |path: &str, body: &str, headers: Vec<(&str, String)>| -> (u16, String) {
+        block_on(async {
+            let mut request = reqwest::Client::new().post(gw.url(path)).body(body.to_string());
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        })
+    };
+    let now = chrono::Utc::now().timestamp();
+    let hmac = |secret: &str, timestamp: i64, body: &str| {
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("v0:{timestamp}:{body}").as_bytes());
+        let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        format!("v0={hex}")
+    };
+    let slack = |signature: String, timestamp: i64| vec![("X-Slack-Signature", signature), ("X-Slack-Request-Timestamp", timestamp.to_string())];
+    let body = r#"{"updates":[{"id":1,"text":"signed hello"}]}"#;
+
+    // HMAC-SHA256: forged, stale, tampered, unsigned: 401, nothing further.
+    assert_eq!(post("/webhooks/slacky/echo", body, slack(hmac("not-the-secret", now, body), now)).0, 401, "forged");
+    assert_eq!(post("/webhooks/slacky/echo", body, slack(hmac(SIGNING_SECRET, now - 600, body), now - 600)).0, 401, "stale");
+    let tampered = body.replace("signed hello", "tampered");
+    assert_eq!(post("/webhooks/slacky/echo", &tampered, slack(hmac(SIGNING_SECRET, now, body), now)).0, 401, "body changed after signing");
+    assert_eq!(post("/webhooks/slacky/echo", body, vec![("X-Slack-Request-Timestamp", now.to_string())]).0, 401, "no signature");
+    assert_eq!(mock.request_count(), 0, "a refused request never reaches the model");
+    assert_eq!(delivered(&gw.stderr()), 0);
+    let (status, answer) = post("/webhooks/slacky/echo", body, slack(hmac(SIGNING_SECRET, now, body), now));
+    assert_eq!((status, answer.as_str()), (200, "ok"), "signed: the component's own answer");
+    gw.wait_for("the hmac channel's reply", || delivered(&gw.stderr()) == 1);
+
+    // Ed25519: signed by another key, a timestamp changed under the
+    // signature, a malformed signature: 401.
+    let ed = |key: &ed25519_dalek::SigningKey, timestamp: i64, body: &str| {
+        let signature: String = key.sign(format!("{timestamp}{body}").as_bytes()).to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        vec![("X-Signature-Ed25519", signature), ("X-Signature-Timestamp", timestamp.to_string())]
+    };
+    let body = r#"{"updates":[{"id":1,"text":"signed by ed25519"}]}"#;
+    let stranger = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+    assert_eq!(post("/webhooks/discordy/echo", body, ed(&stranger, now, body)).0, 401, "another key");
+    let mut replayed = ed(&signer, now, body);
+    replayed[1].1 = (now + 5).to_string();
+    assert_eq!(post("/webhooks/discordy/echo", body, replayed).0, 401, "the timestamp is signed too");
+    assert_eq!(post("/webhooks/discordy/echo", body, vec![("X-Signature-Ed25519", "zz".into()), ("X-Signature-Timestamp", now.to_string())]).0, 401);
+    assert_eq!(mock.request_count(), 1, "only the signed hmac request reached the model");
+    let (status, answer) = post("/webhooks/discordy/echo", body, ed(&signer, now, body));
+    assert_eq!((status, answer.as_str()), (200, "ok"));
+    gw.wait_for("the ed25519 channel's reply", || delivered(&gw.stderr()) == 2);
+    let err = gw.terminate();
+
+    assert_eq!(mock.request_count(), 2);
+    let asked = serde_json::to_string(&mock.requests()).unwrap();
+    assert!(asked.contains("signed hello") && asked.contains("signed by ed25519") && !asked.contains("tampered"), "{asked}");
+    assert_eq!(err.matches("webhook request refused (401)").count(), 7, "{err}");
+    assert!(err.contains("timestamp outside the 300 s window"), "{err}");
+    assert!(!err.contains(SIGNING_SECRET), "the signing secret leaked into the log");
+}
+
+/// The file is checked again when it is sent, not only when the `message`
+/// tool was called: here the text's first delivery fails (the channel
+/// retries it a second later), and meanwhile the checked file is replaced
+/// by a link to a file outside the workspace. The upload refuses it and the
+/// chat is told; the outside bytes go nowhere.
+#[test]
+fn a_file_swapped_for_a_link_after_the_check_is_not_sent() {
+    let tg_token = "555555:SECRET-swap-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "send me the report"));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("report.txt"), "the report").unwrap();
+    std::fs::write(home.path().join("outside.txt"), "OUTSIDE-SECRET-BYTES").unwrap();
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("message", serde_json::json!({"content": "Here it is", "media": ["report.txt"]}).to_string()),
+        MockReply::text("Sent."),
+    ]);
+    let config = telegram_config(&ws, &telegram) + "send_tool_hints = false\nsend_progress = false\n";
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    telegram.fail_next("sendMessage", 500, None);
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the text's first, failed delivery", || !telegram.requests_for("sendMessage").is_empty());
+    std::fs::remove_file(ws.join("report.txt")).unwrap();
+    std::os::unix::fs::symlink(home.path().join("outside.txt"), ws.join("report.txt")).unwrap();
+    gw.wait_for("the note", || replies(&telegram).len() >= 2);
+    let err = gw.terminate();
+    assert!(telegram.sent_media().is_empty(), "{:?}", telegram.sent_media());
+    let sent: Vec<String> = replies(&telegram).into_iter().map(|m| m.text).collect();
+    assert_eq!(sent[0], "Here it is");
+    assert!(sent[1].starts_with("[not sent: report.txt (cannot open it inside the workspace"), "{sent:?}");
+    assert!(!sent.concat().contains("OUTSIDE-SECRET") && !err.contains("OUTSIDE-SECRET"));
+    assert!(err.contains("delivery failed, retrying"), "{err}");
 }

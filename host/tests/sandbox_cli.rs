@@ -82,13 +82,21 @@ fn a_cache_entry_the_host_did_not_write_is_never_loaded() {
     let mut artifact = Vec::new();
     std::io::Read::read_to_end(compile.stdout.as_mut().unwrap(), &mut artifact).unwrap();
     assert!(compile.wait().unwrap().success());
-    std::fs::write(entry, &artifact).unwrap();
-
-    let out = read(&home);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("the real read_file ran"), "{}", stdout(&out));
-    assert!(stderr(&out).is_empty() || !stderr(&out).contains("hostile"), "{}", stderr(&out));
-    assert!(std::fs::read(entry).unwrap().starts_with(b"chitinc1"), "the host rewrote its own entry");
+    // Planted bare, and with a trailer in the entry format whose keyed hash
+    // is made without the host's key.
+    let mut forged = artifact.clone();
+    forged.extend_from_slice(b"chitinc2");
+    forged.extend_from_slice(blake3::hash(&artifact).as_bytes());
+    for planted in [artifact, forged] {
+        std::fs::write(entry, &planted).unwrap();
+        let out = read(&home);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stdout(&out).contains("the real read_file ran"), "{}", stdout(&out));
+        assert!(stderr(&out).is_empty() || !stderr(&out).contains("hostile"), "{}", stderr(&out));
+        let rewritten = std::fs::read(entry).unwrap();
+        assert_ne!(rewritten, planted, "the host rewrote its own entry");
+        assert_eq!(&rewritten[rewritten.len() - 40..rewritten.len() - 32], b"chitinc2");
+    }
 }
 
 #[test]

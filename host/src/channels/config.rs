@@ -98,6 +98,14 @@ pub struct ChannelConfig {
     pub public_url: Option<String>,
     /// `max_media_mb` (default 20): the largest inbound file downloaded.
     pub max_media_mb: u64,
+    /// `max_upload_mb` (default 50): the largest workspace file sent.
+    pub max_upload_mb: u64,
+    /// `send_progress` (default true, as nanobot): show the plugins'
+    /// progress texts in the chat while a turn runs.
+    pub send_progress: bool,
+    /// `send_tool_hints` (default true, as nanobot): show each tool call
+    /// (`↳ read_file(…)`) in the chat while a turn runs.
+    pub send_tool_hints: bool,
     /// `api_base`: where the platform's API is served instead of its public
     /// host (a local Bot API server, a mock in tests).
     pub api_base: Option<String>,
@@ -117,6 +125,9 @@ impl std::fmt::Debug for ChannelConfig {
             .field("allow_from", &self.allow_from)
             .field("mode", &self.mode)
             .field("max_media_mb", &self.max_media_mb)
+            .field("max_upload_mb", &self.max_upload_mb)
+            .field("send_progress", &self.send_progress)
+            .field("send_tool_hints", &self.send_tool_hints)
             .field("public_url", &self.public_url)
             .field("api_base", &self.api_base)
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
@@ -125,7 +136,19 @@ impl std::fmt::Debug for ChannelConfig {
     }
 }
 
-const HOST_KEYS: [&str; 8] = ["enabled", "plugin", "allow_from", "group_policy", "mode", "api_base", "public_url", "max_media_mb"];
+const HOST_KEYS: [&str; 11] = [
+    "enabled",
+    "plugin",
+    "allow_from",
+    "group_policy",
+    "mode",
+    "api_base",
+    "public_url",
+    "max_media_mb",
+    "max_upload_mb",
+    "send_progress",
+    "send_tool_hints",
+];
 
 fn table<'a>(name: &str, raw: &'a toml::Value) -> Result<&'a toml::Table, ChannelSetupError> {
     raw.as_table().ok_or_else(|| ChannelSetupError::Config { key: format!("channels.{name}"), message: "must be a table".into() })
@@ -204,6 +227,17 @@ impl ChannelConfig {
             Some(toml::Value::Integer(n)) if (1..=super::media::MAX_MEDIA_MB as i64).contains(n) => *n as u64,
             Some(other) => return Err(bad("max_media_mb", format!("must be a whole number of megabytes, 1 to {}, not {other}", super::media::MAX_MEDIA_MB))),
         };
+        let max_upload_mb = match t.get("max_upload_mb") {
+            None => super::upload::DEFAULT_MAX_UPLOAD_MB,
+            Some(toml::Value::Integer(n)) if (1..=super::upload::MAX_UPLOAD_MB as i64).contains(n) => *n as u64,
+            Some(other) => return Err(bad("max_upload_mb", format!("must be a whole number of megabytes, 1 to {}, not {other}", super::upload::MAX_UPLOAD_MB))),
+        };
+        let flag = |k: &str| match t.get(k) {
+            None => Ok(true),
+            Some(toml::Value::Boolean(b)) => Ok(*b),
+            Some(other) => Err(bad(k, format!("must be true or false, not {other}"))),
+        };
+        let (send_progress, send_tool_hints) = (flag("send_progress")?, flag("send_tool_hints")?);
         let mut secrets = BTreeMap::new();
         let mut settings = Map::new();
         for (k, v) in t {
@@ -225,7 +259,22 @@ impl ChannelConfig {
                 settings.insert(k.clone(), json);
             }
         }
-        Ok(ChannelConfig { name: name.to_string(), enabled, plugin, allow_from, group_policy, mode, public_url, max_media_mb, api_base, secrets, settings })
+        Ok(ChannelConfig {
+            name: name.to_string(),
+            enabled,
+            plugin,
+            allow_from,
+            group_policy,
+            mode,
+            public_url,
+            max_media_mb,
+            max_upload_mb,
+            send_progress,
+            send_tool_hints,
+            api_base,
+            secrets,
+            settings,
+        })
     }
 
     /// The JSON for `start(config)`: the settings, never a secret value,
@@ -286,6 +335,17 @@ mod tests {
         assert!(e.contains("channels.tg.max_media_mb"), "{e}");
         assert_eq!(parse("max_media_mb = 5").unwrap().max_media_mb, 5);
         assert_eq!(parse("").unwrap().max_media_mb, 20);
+        let e = parse("max_upload_mb = 4096").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.max_upload_mb") && e.contains("1 to 2048"), "{e}");
+        assert_eq!(parse("max_upload_mb = 1").unwrap().max_upload_mb, 1);
+        assert_eq!(parse("").unwrap().max_upload_mb, 50);
+        let defaults = parse("").unwrap();
+        assert!(defaults.send_progress && defaults.send_tool_hints, "on by default, as nanobot");
+        let off = parse("send_progress = false\nsend_tool_hints = false").unwrap();
+        assert!(!off.send_progress && !off.send_tool_hints);
+        assert!(!off.settings.contains_key("send_progress"), "host keys are not the component's settings");
+        let e = parse("send_tool_hints = \"yes\"").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.send_tool_hints") && e.contains("true or false"), "{e}");
         let e = parse("allow_from = \"*\"").unwrap_err().to_string();
         assert!(e.contains("channels.tg.allow_from"), "{e}");
     }

@@ -45,17 +45,22 @@
 //!
 //! # Outbound
 //! The channel's route in the router is read by one task: final `Message`s
-//! (streamed or not: this manager does not show deltas yet, so the whole
-//! text goes out) are passed to `deliver` one at a time, at most
+//! are passed to `deliver` one at a time, at most
 //! `limits.rate_per_chat_per_min` per chat per minute, a `transient` error
 //! or trap retried after 1, 2 and 4 s. `deliver` runs the component's own
-//! `wasi:http` requests under its grant.
+//! `wasi:http` requests under its grant. A reply's files follow its text,
+//! each uploaded by the host with its bytes streamed in ([`upload`]).
+//! Streamed replies are edited in place ([`stream`]), and the turn's tool
+//! hints and plugin progress ([`progress`]) are one more message edited
+//! the same way, paced with the reply.
 
 pub mod config;
 pub mod media;
+pub mod progress;
 pub mod record;
 pub mod stream;
 pub mod transport;
+pub mod upload;
 pub mod webhook;
 
 use std::collections::{HashMap, VecDeque};
@@ -292,7 +297,18 @@ impl Poller {
                     }
                     _ => None,
                 };
-                let outbound = tokio::spawn(deliver_loop(name.clone(), plugin.clone(), runtime.clone(), ctx.outbound, typing_rx, limits));
+                let outbox = Outbox {
+                    name: name.clone(),
+                    plugin: plugin.clone(),
+                    runtime: runtime.clone(),
+                    transport: transport.clone(),
+                    workspace: crate::workspace::Workspace::open(runtime.workspace())
+                        .map_err(|e| tracing::warn!(channel = %name, "files cannot be sent to this channel: {e}"))
+                        .ok(),
+                    max_upload: config.max_upload_mb << 20,
+                    show: progress::Show { tool_hints: config.send_tool_hints, progress: config.send_progress },
+                };
+                let outbound = tokio::spawn(deliver_loop(outbox, ctx.outbound, typing_rx, limits));
                 Ok(Poller {
                     path: dir.join(format!("{name}.json")),
                     name,
@@ -617,17 +633,33 @@ const DELIVER_RETRIES: [Duration; 3] = [Duration::from_secs(1), Duration::from_s
 /// How long "typing" is kept up for a message whose reply never comes.
 const TYPING_AT_MOST: Duration = Duration::from_secs(120);
 
-async fn deliver_loop(
+/// What the deliver loop sends with.
+struct Outbox {
     name: String,
     plugin: Arc<LoadedPlugin>,
     runtime: Arc<PluginRuntime>,
+    /// For uploads: the same grant, secrets and `api_base` as the polls.
+    transport: Arc<Transport>,
+    /// Where a reply's files are read; `None` when it cannot be opened
+    /// (each file is then named in a note).
+    workspace: Option<crate::workspace::Workspace>,
+    /// `max_upload_mb` in bytes.
+    max_upload: u64,
+    /// Which hints of a running turn the chat sees.
+    show: progress::Show,
+}
+
+async fn deliver_loop(
+    outbox: Outbox,
     mut outbound: tokio::sync::mpsc::UnboundedReceiver<OutboundMessage>,
     mut typing_requests: tokio::sync::mpsc::UnboundedReceiver<String>,
     limits: PlatformLimits,
 ) {
+    let name = outbox.name.as_str();
     let mut rate = RateLimit::new(limits.rate_per_chat_per_min);
     let refresh = Duration::from_millis(u64::from(limits.typing_refresh_ms));
     let mut streams = stream::Streams::new(Duration::from_millis(u64::from(limits.edit_interval_ms)));
+    let mut hints = progress::Hints::default();
     // Chat → (next refresh, give up at). Empty when the platform has no
     // typing indicator (`typing_refresh_ms = 0`).
     let mut typing: HashMap<String, (Instant, Instant)> = HashMap::new();
@@ -654,7 +686,7 @@ async fn deliver_loop(
             Some(chat) = typing_requests.recv() => {
                 if !refresh.is_zero() {
                     let now = Instant::now();
-                    show_typing(&name, &plugin, &runtime, &chat).await;
+                    outbox.show_typing(&chat).await;
                     typing.insert(chat, (now + refresh, now + TYPING_AT_MOST));
                 }
                 continue;
@@ -664,7 +696,7 @@ async fn deliver_loop(
                 typing.retain(|_, (_, until)| *until > now);
                 let due: Vec<String> = typing.iter().filter(|(_, (next, _))| *next <= now).map(|(chat, _)| chat.clone()).collect();
                 for chat in due {
-                    show_typing(&name, &plugin, &runtime, &chat).await;
+                    outbox.show_typing(&chat).await;
                     if let Some((next, _)) = typing.get_mut(&chat) {
                         *next = Instant::now() + refresh;
                     }
@@ -672,7 +704,7 @@ async fn deliver_loop(
                 continue;
             }
             () = edit_tick => {
-                show_streams(&name, &plugin, &runtime, &mut streams).await;
+                outbox.show_streams(&mut streams).await;
                 continue;
             }
         };
@@ -684,21 +716,34 @@ async fn deliver_loop(
             OutboundKind::StreamDelta => {
                 let now = Instant::now();
                 streams.delta(&key, &message.content, now, || rate.check(&message.chat_id, now));
-                show_streams(&name, &plugin, &runtime, &mut streams).await;
+                outbox.show_streams(&mut streams).await;
+                continue;
+            }
+            OutboundKind::Progress => {
+                if let Some(text) = hints.event(&key, &message, outbox.show) {
+                    let now = Instant::now();
+                    streams.progress(&key, text, now, || rate.check(&message.chat_id, now));
+                    outbox.show_streams(&mut streams).await;
+                }
                 continue;
             }
             OutboundKind::TurnEnd => {
                 streams.forget(&key);
+                hints.forget(&key);
                 continue;
             }
-            OutboundKind::Message { streamed: true } => {
-                if let stream::Finish::Update { handle, at } = streams.finish(&key) {
+            OutboundKind::Message { streamed } => {
+                // Hints after this reply start a new progress message below it.
+                streams.end_progress(&key);
+                hints.forget(&key);
+                if streamed && let stream::Finish::Update { handle, at } = streams.finish(&key) {
                     if let Some(at) = at {
                         tokio::time::sleep_until(at.into()).await;
                     }
-                    match runtime.channel_stream_update(&plugin, &message.chat_id, key.1.as_deref(), handle.as_deref(), &message.content, true).await {
+                    match outbox.runtime.channel_stream_update(&outbox.plugin, &message.chat_id, key.1.as_deref(), handle.as_deref(), &message.content, true).await {
                         Ok(handle) => {
                             tracing::info!(channel = %name, chat = %message.chat_id, handle = %handle, "reply delivered (streamed)");
+                            outbox.send_files(&mut rate, &message).await;
                             continue;
                         }
                         // The reply must not be lost: send it whole.
@@ -706,24 +751,12 @@ async fn deliver_loop(
                     }
                 }
             }
-            OutboundKind::Message { streamed: false } => {}
-            OutboundKind::Progress | OutboundKind::StreamEnd => continue,
+            OutboundKind::StreamEnd => continue,
         }
-        if message.content.is_empty() {
+        if message.content.is_empty() && message.media.is_empty() {
             continue;
         }
-        deliver_reply(&name, &plugin, &runtime, &mut rate, &message).await;
-    }
-}
-
-/// Shows every stream that is due (coalesced text, one call per chat).
-async fn show_streams(name: &str, plugin: &LoadedPlugin, runtime: &PluginRuntime, streams: &mut stream::Streams) {
-    for (key, handle, text) in streams.due(Instant::now()) {
-        let result = runtime.channel_stream_update(plugin, &key.0, key.1.as_deref(), handle.as_deref(), &text, false).await;
-        if let Err(e) = &result {
-            tracing::warn!(channel = %name, chat = %key.0, "stream-update failed; the reply will be delivered whole: {e}");
-        }
-        streams.shown(&key, text, result.map_err(|_| ()), Instant::now());
+        outbox.deliver_reply(&mut rate, &message).await;
     }
 }
 
@@ -732,65 +765,103 @@ fn thread_of(message: &OutboundMessage) -> Option<String> {
     message.metadata.get(crate::bus::THREAD).and_then(Value::as_str).map(str::to_string)
 }
 
-/// `text` with a line naming the files that cannot go out: channel
-/// components get no file bytes yet (the `message` tool's attachments), and
-/// a file must never vanish without the user being told.
-fn with_unsent_files_noted(text: &str, files: &[PathBuf]) -> String {
-    if files.is_empty() {
-        return text.to_string();
-    }
-    let names: Vec<String> = files.iter().map(|f| f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned())).collect();
-    format!("{text}\n\n[{} file(s) not sent: this channel cannot send files yet: {}]", files.len(), names.join(", "))
-}
-
-/// Delivers one reply: the rate limit, then `deliver` with retries.
-async fn deliver_reply(name: &str, plugin: &LoadedPlugin, runtime: &PluginRuntime, rate: &mut RateLimit, message: &OutboundMessage) {
+/// Waits until `chat` may be sent to again.
+async fn wait_for_rate(name: &str, rate: &mut RateLimit, chat: &str) {
     loop {
-        let wait = rate.check(&message.chat_id, Instant::now());
+        let wait = rate.check(chat, Instant::now());
         if wait.is_zero() {
-            break;
+            return;
         }
-        tracing::debug!(channel = %name, chat = %message.chat_id, "rate limit: waiting {wait:?}");
+        tracing::debug!(channel = %name, chat, "rate limit: waiting {wait:?}");
         tokio::time::sleep(wait).await;
     }
-    let outgoing = Outgoing {
-        chat_id: message.chat_id.clone(),
-        thread: thread_of(message),
-        text: with_unsent_files_noted(&message.content, &message.media),
-        reply_to: message.reply_to.clone(),
-        media: Vec::new(),
-    };
-    if !message.media.is_empty() {
-        tracing::warn!(channel = %name, chat = %message.chat_id, files = message.media.len(), "sending files to a channel is not supported yet; the reply says so");
+}
+
+impl Outbox {
+    /// Shows every stream that is due (coalesced text, one call per chat).
+    async fn show_streams(&self, streams: &mut stream::Streams) {
+        for (key, lane, handle, text) in streams.due(Instant::now()) {
+            let result = self.runtime.channel_stream_update(&self.plugin, &key.0, key.1.as_deref(), handle.as_deref(), &text, false).await;
+            if let Err(e) = &result {
+                match lane {
+                    stream::Lane::Reply => tracing::warn!(channel = %self.name, chat = %key.0, "stream-update failed; the reply will be delivered whole: {e}"),
+                    stream::Lane::Progress => tracing::warn!(channel = %self.name, chat = %key.0, "progress message failed; no more hints this turn: {e}"),
+                }
+            }
+            streams.shown(&key, lane, text, result.map_err(|_| ()), Instant::now());
+        }
     }
-    let mut attempt = 0;
-    loop {
-        match runtime.channel_deliver(plugin, &outgoing).await {
-            Ok(ids) => {
-                tracing::info!(channel = %name, chat = %outgoing.chat_id, ids = ?ids, "reply delivered");
-                break;
+
+    /// Delivers one reply: the text through `deliver` with retries, then
+    /// each file through `upload-request`, opened only right before its
+    /// upload (so what is checked is what is sent, however long the text
+    /// took); the files that could not be sent are named in one note after.
+    async fn deliver_reply(&self, rate: &mut RateLimit, message: &OutboundMessage) {
+        if !message.content.trim().is_empty() {
+            self.deliver_text(rate, message, message.content.clone(), message.reply_to.clone()).await;
+        }
+        self.send_files(rate, message).await;
+    }
+
+    /// Uploads the message's files one by one; those that fail are named in
+    /// one note.
+    async fn send_files(&self, rate: &mut RateLimit, message: &OutboundMessage) {
+        let thread = thread_of(message);
+        let mut notes = Vec::new();
+        for path in &message.media {
+            let name = upload::shown_name(path);
+            let sent = match upload::open(self.workspace.as_ref(), path, self.max_upload) {
+                Ok(file) => {
+                    wait_for_rate(&self.name, rate, &message.chat_id).await;
+                    upload::send(&self.name, &self.plugin, &self.runtime, &self.transport, &message.chat_id, thread.as_deref(), &file).await
+                }
+                Err(reason) => Err(reason),
+            };
+            if let Err(reason) = sent {
+                tracing::warn!(channel = %self.name, chat = %message.chat_id, file = %name, "file not sent: {reason}");
+                notes.push(upload::note(&name, &reason));
             }
-            Err(PluginError::Channel { kind: ChannelFailure::Fatal, message, .. }) => {
-                tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery refused (fatal), reply dropped: {message}");
-                break;
-            }
-            Err(e) if attempt < DELIVER_RETRIES.len() => {
-                tracing::warn!(channel = %name, chat = %outgoing.chat_id, "delivery failed, retrying in {:?}: {e}", DELIVER_RETRIES[attempt]);
-                tokio::time::sleep(DELIVER_RETRIES[attempt]).await;
-                attempt += 1;
-            }
-            Err(e) => {
-                tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery failed {} times, reply dropped: {e}", attempt + 1);
-                break;
+        }
+        if !notes.is_empty() {
+            self.deliver_text(rate, message, notes.join("\n"), None).await;
+        }
+    }
+
+    /// Sends `text` to the message's chat: the rate limit, then `deliver`
+    /// with retries.
+    async fn deliver_text(&self, rate: &mut RateLimit, message: &OutboundMessage, text: String, reply_to: Option<String>) {
+        let name = self.name.as_str();
+        wait_for_rate(name, rate, &message.chat_id).await;
+        let outgoing = Outgoing { chat_id: message.chat_id.clone(), thread: thread_of(message), text, reply_to, media: Vec::new() };
+        let mut attempt = 0;
+        loop {
+            match self.runtime.channel_deliver(&self.plugin, &outgoing).await {
+                Ok(ids) => {
+                    tracing::info!(channel = %name, chat = %outgoing.chat_id, ids = ?ids, "reply delivered");
+                    break;
+                }
+                Err(PluginError::Channel { kind: ChannelFailure::Fatal, message, .. }) => {
+                    tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery refused (fatal), reply dropped: {message}");
+                    break;
+                }
+                Err(e) if attempt < DELIVER_RETRIES.len() => {
+                    tracing::warn!(channel = %name, chat = %outgoing.chat_id, "delivery failed, retrying in {:?}: {e}", DELIVER_RETRIES[attempt]);
+                    tokio::time::sleep(DELIVER_RETRIES[attempt]).await;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery failed {} times, reply dropped: {e}", attempt + 1);
+                    break;
+                }
             }
         }
     }
-}
 
-/// One "typing" indicator; a failure only costs the indicator.
-async fn show_typing(name: &str, plugin: &LoadedPlugin, runtime: &PluginRuntime, chat: &str) {
-    if let Err(e) = runtime.channel_set_status(plugin, chat, ChatStatus::Typing).await {
-        tracing::debug!(channel = %name, chat, "typing indicator failed: {e}");
+    /// One "typing" indicator; a failure only costs the indicator.
+    async fn show_typing(&self, chat: &str) {
+        if let Err(e) = self.runtime.channel_set_status(&self.plugin, chat, ChatStatus::Typing).await {
+            tracing::debug!(channel = %self.name, chat, "typing indicator failed: {e}");
+        }
     }
 }
 
@@ -841,13 +912,6 @@ mod tests {
         let topic = accept(&mut record, "tg", &AllowFrom::Anyone, GroupPolicy::Mention, &inbound("e3", "x", Some("7")), now).unwrap();
         assert_eq!(topic.session_key(), "tg:c1:7");
         assert_eq!(topic.metadata["thread"], "7");
-    }
-
-    #[test]
-    fn files_a_channel_cannot_send_are_named_in_the_text() {
-        assert_eq!(with_unsent_files_noted("hi", &[]), "hi");
-        let text = with_unsent_files_noted("report", &[PathBuf::from("/ws/out/report.pdf")]);
-        assert_eq!(text, "report\n\n[1 file(s) not sent: this channel cannot send files yet: report.pdf]");
     }
 
     #[test]

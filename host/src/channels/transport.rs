@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use crate::plugins::channel::{HttpMethod, HttpRequest, HttpResponse, MAX_BODY_BYTES};
+use crate::plugins::channel::{HttpMethod, HttpRequest, HttpResponse, MAX_BODY_BYTES, Upload};
 use crate::plugins::grants::HostPattern;
 use crate::plugins::manifest::channel::Injection;
 use crate::plugins::secrets::Secrets;
@@ -71,9 +71,37 @@ impl Transport {
 
     /// Runs `request`; a response of any status is `Ok`.
     pub async fn run(&self, request: &HttpRequest) -> Result<HttpResponse, TransportError> {
-        let written = request.url.clone();
+        let response = self.send(request, None).await?;
+        self.read(&request.url, response).await
+    }
+
+    /// Runs `upload` with `file` (`size` bytes, opened by the caller) as its
+    /// file part, streamed from disk a chunk at a time: the body is the
+    /// upload's text fields (secrets substituted as in a body, where the
+    /// manifest allows it), then the file. A file that changes size while
+    /// it is sent fails the request rather than sending something else.
+    pub async fn upload(&self, upload: &Upload, file: tokio::fs::File, file_name: &str, mime: &str, size: u64) -> Result<HttpResponse, TransportError> {
+        use tokio::io::AsyncReadExt;
+        let url = &upload.request.url;
+        let (aud_host, aud_port) = audience(url);
+        let mut form = reqwest::multipart::Form::new();
+        for (name, value) in &upload.fields {
+            form = form.text(name.clone(), self.secrets.substitute(value, Injection::Body, &aud_host, aud_port).into_owned());
+        }
+        let bytes = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(file.take(size)));
+        let part = reqwest::multipart::Part::stream_with_length(bytes, size)
+            .file_name(file_name.to_string())
+            .mime_str(mime)
+            .map_err(|e| TransportError::BadUrl { url: url.clone(), message: format!("media type {mime:?}: {e}") })?;
+        let form = form.part(upload.file_field.clone(), part);
+        let response = self.send(&upload.request, Some(form)).await?;
+        self.read(url, response).await
+    }
+
+    /// The status, headers and body (capped) of `response`, redacted.
+    async fn read(&self, written: &str, mut response: reqwest::Response) -> Result<HttpResponse, TransportError> {
+        let written = written.to_string();
         let failed = |e: reqwest::Error| TransportError::Failed { url: written.clone(), message: self.secrets.redact(&e.without_url().to_string()).into_owned() };
-        let mut response = self.send(request).await?;
         let status = response.status().as_u16();
         let headers = response
             .headers()
@@ -100,7 +128,7 @@ impl Transport {
     pub async fn download(&self, request: &HttpRequest, cap: u64, dir: &std::path::Path, ext: &str) -> Result<(std::path::PathBuf, u64), DownloadError> {
         use tokio::io::AsyncWriteExt;
         let written = request.url.clone();
-        let mut response = self.send(request).await.map_err(DownloadError::Transport)?;
+        let mut response = self.send(request, None).await.map_err(DownloadError::Transport)?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             return Err(DownloadError::Status(status));
@@ -147,13 +175,14 @@ impl Transport {
         }
     }
 
-    /// Prepares and sends `request` (rewrite, grant, secrets); the response
-    /// head, its body still to read.
-    async fn send(&self, request: &HttpRequest) -> Result<reqwest::Response, TransportError> {
+    /// Prepares and sends `request` (rewrite, grant, secrets), with `form`
+    /// as its body instead of `request.body` when given; the response head,
+    /// its body still to read.
+    async fn send(&self, request: &HttpRequest, form: Option<reqwest::multipart::Form>) -> Result<reqwest::Response, TransportError> {
         let written = request.url.clone();
         let bad = |message: String| TransportError::BadUrl { url: written.clone(), message };
         let original = reqwest::Url::parse(&written).map_err(|e| bad(e.to_string()))?;
-        let (aud_host, aud_port) = (original.host_str().unwrap_or_default().to_string(), original.port_or_known_default().unwrap_or(443));
+        let (aud_host, aud_port) = audience(&written);
         let target = match &self.rewrite {
             Some((origin, base)) if written == *origin || written.starts_with(&format!("{origin}/")) => format!("{base}{}", &written[origin.len()..]),
             _ => written.clone(),
@@ -198,13 +227,28 @@ impl Transport {
             builder = builder.header(reqwest::header::HOST, host_header);
         }
         for (name, value) in &request.headers {
+            // A multipart body names its own type and boundary.
+            if form.is_some() && name.eq_ignore_ascii_case("content-type") {
+                continue;
+            }
             builder = builder.header(name, self.secrets.substitute(value, Injection::Header, &aud_host, aud_port).as_ref());
         }
-        if !request.body.is_empty() {
+        if let Some(form) = form {
+            builder = builder.multipart(form);
+        } else if !request.body.is_empty() {
             builder = builder.body(self.secrets.substitute_bytes(&request.body, Injection::Body, &aud_host, aud_port).into_owned());
         }
         let failed = |e: reqwest::Error| TransportError::Failed { url: written.clone(), message: self.secrets.redact(&e.without_url().to_string()).into_owned() };
         builder.send().await.map_err(failed)
+    }
+}
+
+/// The host and port a URL as the plugin wrote it is aimed at: whose
+/// secrets it may carry.
+fn audience(url: &str) -> (String, u16) {
+    match reqwest::Url::parse(url) {
+        Ok(url) => (url.host_str().unwrap_or_default().to_string(), url.port_or_known_default().unwrap_or(443)),
+        Err(_) => (String::new(), 0),
     }
 }
 

@@ -123,14 +123,14 @@ mod tests {
 
     #[test]
     fn the_builtins_pass_and_map_to_their_capabilities() {
-        for (name, bytes) in BUILTIN_PLUGINS {
+        for &crate::plugins::catalog::Builtin { name, bytes, .. } in BUILTIN_PLUGINS {
             let manifest = Manifest::from_component(bytes).unwrap();
             let audit = audit(bytes, &manifest).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(audit.families.contains("chitin:plugin"), "{name}: {audit:?}");
-            if *name == "fs" {
+            if name == "fs" {
                 assert!(audit.families.contains("wasi:filesystem"), "{audit:?}");
             }
-            if *name == "agent" {
+            if name == "agent" {
                 assert_eq!(audit.host.iter().map(String::as_str).collect::<Vec<_>>(), ["agents", "goals", "messaging", "schedule"]);
             }
         }
@@ -138,7 +138,7 @@ mod tests {
 
     #[test]
     fn a_manifest_that_asks_for_an_interface_the_code_never_imports_is_refused() {
-        let bytes = BUILTIN_PLUGINS.iter().find(|(n, _)| *n == "fs").unwrap().1;
+        let bytes = crate::plugins::builtin("fs").unwrap().bytes;
         let mut manifest = Manifest::from_component(bytes).unwrap();
         manifest.capabilities.host = vec!["messaging".into()];
         let e = audit(bytes, &manifest).unwrap_err();

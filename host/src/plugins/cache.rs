@@ -12,13 +12,25 @@
 //! the plugin it claims to be, with that plugin's grant. So every entry
 //! carries a keyed hash (blake3, keyed with 32 random bytes the host keeps in
 //! `<cache dir>.key`, beside the directory rather than in it) over the
-//! engine key, the component hash and the artifact. On load the file is read
-//! into memory, the hash checked, and only then are *those same bytes*
-//! deserialized (no window for a swap between check and use). A file that
-//! fails the check is discarded and the component compiled again.
+//! engine key, the component hash and the artifact, in a trailer after the
+//! artifact. On load the entry is opened once; the hash is checked by
+//! streaming that open file through a small buffer, and only then is *that
+//! same open file* (by `/proc/self/fd`, so a rename or a new file at the
+//! path between check and load changes nothing) mapped by wasmtime. Mapping
+//! instead of copying matters: the artifact of `fs` is 6.8 MB, and a mapped
+//! file costs resident memory only for the pages a call touches, where a
+//! copy (plus wasmtime's own copy) cost all of it twice. A file that fails
+//! the check is discarded and the component compiled again.
+//!
+//! What the check cannot cover: a process running as the host's own user
+//! writing *into* the entry after the check. That process can read the key
+//! too (and replace the `chitin` binary); plugins cannot reach the cache
+//! directory at all (the workspace may not overlap the data dir).
 
+use std::fs::File;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use wasmtime::Engine;
@@ -32,11 +44,12 @@ pub fn content_hash(bytes: &[u8]) -> ContentHash {
     *blake3::hash(bytes).as_bytes()
 }
 
-/// First bytes of every entry: names the format.
-const MAGIC: &[u8; 8] = b"chitinc1";
+/// Names the format; the last bytes of every entry but the keyed hash.
+const MAGIC: &[u8; 8] = b"chitinc2";
 
-/// Magic + keyed hash.
-const HEADER: usize = MAGIC.len() + 32;
+/// Magic + keyed hash, after the artifact. A trailer, not a header: wasmtime
+/// maps the file from its first byte as the artifact.
+const TRAILER: usize = MAGIC.len() + 32;
 
 /// A directory of serialized components.
 #[derive(Clone)]
@@ -78,41 +91,54 @@ impl ComponentCache {
         self.dir.as_ref().map(|d| d.join(format!("{hex}-{}.cwasm", self.engine_key)))
     }
 
-    fn mac(&self, hash: &ContentHash, artifact: &[u8]) -> [u8; 32] {
+    /// The keyed hasher, fed with what precedes the artifact.
+    fn mac_hasher(&self, hash: &ContentHash) -> blake3::Hasher {
         let mut hasher = blake3::Hasher::new_keyed(&self.mac_key);
         hasher.update(self.engine_key.as_bytes());
         hasher.update(hash);
-        hasher.update(artifact);
-        *hasher.finalize().as_bytes()
+        hasher
+    }
+
+    fn mac(&self, hash: &ContentHash, artifact: &[u8]) -> [u8; 32] {
+        *self.mac_hasher(hash).update(artifact).finalize().as_bytes()
     }
 
     /// The compiled form of `hash` if this host cached it, already loaded.
     /// Anything else found at the entry's path (missing, foreign, damaged,
-    /// for another engine) is a miss.
+    /// for another engine, not a regular file) is a miss.
     pub fn lookup(&self, engine: &Engine, hash: &ContentHash) -> Option<Component> {
         let path = self.entry(hash)?;
-        let bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        let file = match open_entry(&path) {
+            Ok(Some(file)) => file,
+            Ok(None) => return None,
             Err(e) => {
                 tracing::warn!(path = %path.display(), "cannot read cache entry: {e}");
                 return None;
             }
         };
-        let authentic = bytes.len() > HEADER
-            && bytes[..MAGIC.len()] == MAGIC[..]
-            && blake3::Hash::from(<[u8; 32]>::try_from(&bytes[MAGIC.len()..HEADER]).expect("32 bytes"))
-                == blake3::Hash::from(self.mac(hash, &bytes[HEADER..]));
-        if !authentic {
-            tracing::warn!(path = %path.display(), "discarding a cache entry this host did not write");
-            let _ = std::fs::remove_file(&path);
-            return None;
+        match self.authentic(&file, hash) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(path = %path.display(), "discarding a cache entry this host did not write");
+                let _ = std::fs::remove_file(&path);
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "cannot read cache entry: {e}");
+                return None;
+            }
         }
-        // SAFETY: these exact bytes carry a keyed hash only this host can
-        // make (the key never leaves the data dir), over this engine's key
-        // and this component's hash: the host serialized them itself from
-        // `Component::serialize` with this engine configuration.
-        match unsafe { Component::deserialize(engine, &bytes[HEADER..]) } {
+        // The file just checked, not whatever the path names by now: the
+        // open file's own link. wasmtime maps it whole, the trailer too, and
+        // reads the artifact from the start (an ELF image ignores bytes after
+        // its end).
+        let same_file = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        // SAFETY: the file carries a keyed hash only this host can make (the
+        // key never leaves the data dir), over this engine's key, this
+        // component's hash and these exact bytes: the host serialized them
+        // itself from `Component::serialize` with this engine configuration.
+        // See the module comment for the one case the check cannot cover.
+        match unsafe { Component::deserialize_file(engine, &same_file) } {
             Ok(component) => Some(component),
             Err(e) => {
                 tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}");
@@ -131,6 +157,26 @@ impl ComponentCache {
         }
     }
 
+    /// Whether `file` ends in this host's keyed hash over its artifact: read
+    /// through a small buffer, so checking costs no memory for the artifact.
+    fn authentic(&self, file: &File, hash: &ContentHash) -> std::io::Result<bool> {
+        let len = file.metadata()?.len();
+        let Some(artifact_len) = len.checked_sub(TRAILER as u64).filter(|n| *n > 0) else {
+            return Ok(false);
+        };
+        let mut reader = std::io::BufReader::with_capacity(64 * 1024, file);
+        let mut hasher = self.mac_hasher(hash);
+        let hashed = std::io::copy(&mut (&mut reader).take(artifact_len), &mut HashWriter(&mut hasher))?;
+        let mut trailer = [0u8; TRAILER];
+        if hashed != artifact_len || reader.read_exact(&mut trailer).is_err() {
+            return Ok(false);
+        }
+        let (magic, mac) = trailer.split_at(MAGIC.len());
+        let mac = <[u8; 32]>::try_from(mac).expect("32 bytes");
+        // `blake3::Hash` compares in constant time.
+        Ok(magic == MAGIC && blake3::Hash::from(mac) == hasher.finalize())
+    }
+
     /// Stores `artifact` (the output of `Component::serialize`, or of the
     /// compile child) for `hash`. Failures are logged: a cache that cannot be
     /// written only costs a recompile next time.
@@ -147,10 +193,39 @@ impl ComponentCache {
         let dir = path.parent().expect("cache entries live in a directory");
         std::fs::create_dir_all(dir)?;
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        tmp.write_all(artifact)?;
         tmp.write_all(MAGIC)?;
         tmp.write_all(&self.mac(hash, artifact))?;
-        tmp.write_all(artifact)?;
         tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+/// Opens an entry for reading, or `None` when there is none. Non-blocking
+/// and checked on the open handle, so a FIFO or device planted at the path
+/// cannot hang or feed the load.
+fn open_entry(path: &Path) -> std::io::Result<Option<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(Some(file))
+}
+
+/// Feeds what is written into a hasher (`std::io::copy` wants a writer).
+struct HashWriter<'a>(&'a mut blake3::Hasher);
+
+impl Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
 }
@@ -222,10 +297,10 @@ mod tests {
         assert!(cache.lookup(&engine, &hash).is_none());
         assert!(!path.exists(), "the foreign entry is discarded");
 
-        // The same with a forged header: right magic, wrong hash.
-        let mut forged = MAGIC.to_vec();
+        // The same with a forged trailer: right magic, wrong hash.
+        let mut forged = foreign.clone();
+        forged.extend_from_slice(MAGIC);
         forged.extend_from_slice(&[7u8; 32]);
-        forged.extend_from_slice(&foreign);
         std::fs::write(&path, &forged).unwrap();
         assert!(cache.lookup(&engine, &hash).is_none());
 
@@ -234,5 +309,35 @@ mod tests {
         std::fs::write(tmp.path().join("components.key"), [9u8; 32]).unwrap();
         let other = ComponentCache::new(&engine, Some(dir));
         assert!(other.lookup(&engine, &hash).is_none());
+    }
+
+    #[test]
+    fn an_entry_changed_after_it_was_written_or_not_a_file_is_a_miss() {
+        let engine = engine();
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(&engine, Some(tmp.path().join("components")));
+        let hash = content_hash(EMPTY_COMPONENT);
+        let artifact = Component::new(&engine, EMPTY_COMPONENT).unwrap().serialize().unwrap();
+        cache.store(&hash, &artifact);
+        let path = cache.entry(&hash).unwrap();
+
+        // One byte of the artifact changed: the keyed hash no longer fits.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[artifact.len() / 2] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(cache.lookup(&engine, &hash).is_none());
+        assert!(!path.exists());
+
+        // Cut short: no trailer left to check.
+        cache.store(&hash, &artifact);
+        std::fs::write(&path, &std::fs::read(&path).unwrap()[..artifact.len()]).unwrap();
+        assert!(cache.lookup(&engine, &hash).is_none());
+
+        // A FIFO at the path: refused at once instead of blocking the load.
+        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let started = std::time::Instant::now();
+        assert!(cache.lookup(&engine, &hash).is_none());
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
     }
 }

@@ -18,7 +18,8 @@ use super::runtime::{LoadedPlugin, PluginRuntime, Prepared};
 
 pub use super::bindings::v0_2::wit::{
     Action, ChannelError, ChatKind, ChatStatus, Frame, HttpMethod, HttpRequest, HttpResponse, Inbound, MediaRef, Outgoing,
-    SocketClose, SocketClosed, SocketEvent, SocketOpen, SocketSend, Step, Timer, Trigger, WebhookRequest, WebhookResponse,
+    OutgoingFile, SocketClose, SocketClosed, SocketEvent, SocketOpen, SocketSend, Step, Timer, Trigger, Upload, WebhookRequest,
+    WebhookResponse,
 };
 
 /// Largest state blob a step may return.
@@ -38,6 +39,8 @@ pub const MAX_HEADERS: usize = 64;
 pub const MAX_MEDIA: usize = 16;
 /// Most message ids one `deliver` returns (a reply split into parts).
 pub const MAX_DELIVERED_IDS: usize = 64;
+/// Most text fields of one upload.
+pub const MAX_UPLOAD_FIELDS: usize = 32;
 /// Shortest interval of a repeating timer: a 0 ms repeat would make the
 /// host call the component in a busy loop.
 pub const MIN_REPEAT_MS: u32 = 100;
@@ -160,6 +163,21 @@ impl PluginRuntime {
         Ok(request)
     }
 
+    /// The upload of `file` to `chat_id` (run by the host, which streams the
+    /// bytes in), checked like any request a component returns: an empty
+    /// body, bounded fields, a field name for the file.
+    pub async fn channel_upload_request(&self, plugin: &LoadedPlugin, chat_id: &str, thread: Option<&str>, file: &OutgoingFile) -> Result<Upload, PluginError> {
+        let call = Call::Channel("upload-request");
+        let upload = self
+            .channel_call(plugin, &call, async |store, pre| {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                instance.chitin_plugin_channel().call_upload_request(&mut *store, chat_id, thread, file).await
+            })
+            .await?;
+        check_upload(&upload).map_err(|bound| bound.into_error(plugin, call))?;
+        Ok(upload)
+    }
+
     /// Sets the typing indicator of `chat_id`.
     pub async fn channel_set_status(&self, plugin: &LoadedPlugin, chat_id: &str, status: ChatStatus) -> Result<(), PluginError> {
         let call = Call::Channel("set-status");
@@ -266,6 +284,32 @@ fn check_request(request: &HttpRequest, field: &str) -> Result<(), Bound> {
     check_url(&format!("{field}.url"), &request.url, &["http", "https"])?;
     check_headers(&format!("{field}.headers"), &request.headers)?;
     size(&format!("{field}.body"), request.body.len(), MAX_BODY_BYTES)
+}
+
+fn check_upload(upload: &Upload) -> Result<(), Bound> {
+    check_request(&upload.request, "request")?;
+    if !upload.request.body.is_empty() {
+        return Err(invalid("request.body", "must be empty: the host builds the multipart body"));
+    }
+    if upload.fields.len() > MAX_UPLOAD_FIELDS {
+        return Err(Bound::Count { field: "fields".into(), count: upload.fields.len(), limit: MAX_UPLOAD_FIELDS });
+    }
+    for (i, (name, value)) in upload.fields.iter().enumerate() {
+        form_name(&format!("fields[{i}].name"), name)?;
+        // A caption or a JSON parameter can be longer than a header value.
+        size(&format!("fields[{i}].value"), value.len(), MAX_TEXT_BYTES)?;
+    }
+    form_name("file-field", &upload.file_field)
+}
+
+/// A multipart part name: it goes into a `Content-Disposition` header line,
+/// so it is short, not empty, and has no quote, backslash or control char.
+fn form_name(field: &str, name: &str) -> Result<(), Bound> {
+    short(field, name)?;
+    if name.is_empty() || name.chars().any(|c| c.is_control() || c == '"' || c == '\\') {
+        return Err(invalid(field, "must be a non-empty name without quotes, backslashes or control characters"));
+    }
+    Ok(())
 }
 
 /// Checks a step against every bound; the first one broken is returned.
@@ -402,5 +446,23 @@ mod tests {
         let headers = (0..MAX_HEADERS + 1).map(|i| (format!("h{i}"), String::new())).collect();
         let many = step(vec![Action::Http(HttpRequest { method: HttpMethod::Post, url: "https://x/".into(), headers, body: vec![], timeout_ms: 0 })]);
         assert!(matches!(check_step(&many, false), Err(Bound::Count { field, .. }) if field == "actions[0].http.headers"));
+    }
+
+    #[test]
+    fn an_upload_leaves_the_body_to_the_host_and_names_its_parts_plainly() {
+        let request = HttpRequest { method: HttpMethod::Post, url: "https://x/send".into(), headers: vec![], body: vec![], timeout_ms: 0 };
+        let upload = |fields: Vec<(&str, &str)>, file_field: &str| Upload {
+            request: request.clone(),
+            fields: fields.into_iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+            file_field: file_field.into(),
+        };
+        assert_eq!(check_upload(&upload(vec![("chat_id", "1")], "document")), Ok(()));
+        let with_body = Upload { request: HttpRequest { body: b"bytes".to_vec(), ..request.clone() }, ..upload(vec![], "document") };
+        assert!(matches!(check_upload(&with_body), Err(Bound::Invalid { field, .. }) if field == "request.body"));
+        assert!(matches!(check_upload(&upload(vec![], "")), Err(Bound::Invalid { field, .. }) if field == "file-field"));
+        assert!(matches!(check_upload(&upload(vec![("a\"; x=\"y", "1")], "document")), Err(Bound::Invalid { field, .. }) if field == "fields[0].name"));
+        assert!(matches!(check_upload(&upload(vec![], "doc\r\nX: y")), Err(Bound::Invalid { field, .. }) if field == "file-field"));
+        let many = upload((0..MAX_UPLOAD_FIELDS + 1).map(|_| ("f", "v")).collect(), "document");
+        assert!(matches!(check_upload(&many), Err(Bound::Count { field, .. }) if field == "fields"));
     }
 }

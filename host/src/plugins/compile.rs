@@ -95,7 +95,7 @@ pub async fn compile(
     isolation: &Isolation,
     limits: &Limits,
     name: &str,
-    bytes: &std::sync::Arc<[u8]>,
+    bytes: &super::runtime::ComponentBytes,
 ) -> Result<(Component, Vec<u8>), PluginError> {
     check_component(name, bytes, limits)?;
     let failed = |message: String| PluginError::Compile { plugin: name.to_string(), message };
@@ -103,7 +103,7 @@ pub async fn compile(
         Isolation::InProcess => {
             let (engine, bytes) = (engine.clone(), bytes.clone());
             tokio::task::spawn_blocking(move || {
-                let component = Component::new(&engine, &bytes).map_err(|e| format!("{e:#}"))?;
+                let component = Component::new(&engine, &*bytes).map_err(|e| format!("{e:#}"))?;
                 let artifact = component.serialize().map_err(|e| format!("{e:#}"))?;
                 Ok::<_, String>((component, artifact))
             })
@@ -123,7 +123,7 @@ pub async fn compile(
     }
 }
 
-async fn compile_in_child(program: &std::path::Path, limits: &Limits, name: &str, bytes: &std::sync::Arc<[u8]>) -> Result<Vec<u8>, PluginError> {
+async fn compile_in_child(program: &std::path::Path, limits: &Limits, name: &str, bytes: &super::runtime::ComponentBytes) -> Result<Vec<u8>, PluginError> {
     let (program, limits, input) = (program.to_path_buf(), limits.clone(), bytes.clone());
     let run = tokio::task::spawn_blocking(move || run_child(&program, &limits, &input));
     let failed = |message: String| PluginError::Compile { plugin: name.to_string(), message };

@@ -15,6 +15,8 @@ pub use channel::ChannelSpec;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::ops::ControlFlow;
+
 use wasmparser::{Parser, Payload};
 
 /// Name of the custom section that carries the manifest.
@@ -337,23 +339,65 @@ fn json_error_field(_e: &serde_json::Error) -> &'static str {
 /// otherwise the first one nested in a core module.
 pub fn find_section(bytes: &[u8]) -> Result<Option<&[u8]>, ManifestError> {
     check_preamble(bytes)?;
-    let mut depth = 0usize;
     let mut nested = None;
-    for payload in Parser::new(0).parse_all(bytes) {
-        let payload = payload.map_err(|e| parse_error(&e))?;
-        match payload {
-            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
-            Payload::End(_) => depth = depth.saturating_sub(1),
-            Payload::CustomSection(reader) if reader.name() == SECTION_NAME => {
-                if depth == 0 {
-                    return Ok(Some(reader.data()));
-                }
-                nested.get_or_insert(reader.data());
+    let mut top = None;
+    walk_sections(bytes, |depth, payload| {
+        if let Payload::CustomSection(reader) = payload
+            && reader.name() == SECTION_NAME
+        {
+            if depth == 0 {
+                top = Some(reader.data());
+                return ControlFlow::Break(());
             }
+            nested.get_or_insert(reader.data());
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(top.or(nested))
+}
+
+/// Calls `visit` with each section of `bytes` and the depth it is nested at
+/// (0 = the component itself), stopping when it breaks, without reading the
+/// function bodies. Reading what a plugin declares must not read the whole
+/// component: for a built-in, every page read is resident memory of the
+/// process (the bytes are the binary's own), and `fs` is 2.75 MB of mostly
+/// code. A code section that claims more bytes than there are is an error.
+pub(super) fn walk_sections<'a>(bytes: &'a [u8], mut visit: impl FnMut(usize, &Payload<'a>) -> ControlFlow<()>) -> Result<(), ManifestError> {
+    use wasmparser::Chunk;
+    let mut parser = Parser::new(0);
+    let mut stack = Vec::new();
+    let mut data = bytes;
+    loop {
+        let (payload, consumed) = match parser.parse(data, true).map_err(|e| parse_error(&e))? {
+            Chunk::Parsed { payload, consumed } => (payload, consumed),
+            Chunk::NeedMoreData(_) => unreachable!("eof is true: the parser reports truncation as an error"),
+        };
+        data = &data[consumed..];
+        if visit(stack.len(), &payload).is_break() {
+            return Ok(());
+        }
+        match payload {
+            Payload::CodeSectionStart { size, .. } => {
+                let size = size as usize;
+                if size > data.len() {
+                    return Err(ManifestError::container(format!(
+                        "the WebAssembly component is truncated or corrupt: a code section of {size} bytes with {} left",
+                        data.len()
+                    )));
+                }
+                parser.skip_section();
+                data = &data[size..];
+            }
+            Payload::ModuleSection { parser: inner, .. } | Payload::ComponentSection { parser: inner, .. } => {
+                stack.push(std::mem::replace(&mut parser, inner));
+            }
+            Payload::End(_) => match stack.pop() {
+                Some(outer) => parser = outer,
+                None => return Ok(()),
+            },
             _ => {}
         }
     }
-    Ok(nested)
 }
 
 /// True when `bytes` is a component rather than a core module.
@@ -392,4 +436,29 @@ pub fn pack(component: &[u8], manifest: &Manifest) -> Result<Vec<u8>, ManifestEr
     }
     out.section(&wasm_encoder::CustomSection { name: SECTION_NAME.into(), data: json.into() });
     Ok(out.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_component_cut_anywhere_is_a_clear_error_and_never_a_panic() {
+        let fs = crate::plugins::builtin("fs").expect("fs is built in").bytes;
+        assert_eq!(Manifest::from_component(fs).unwrap().name, "fs");
+        // Cuts inside the big nested module (its code section among them)
+        // and near either end.
+        for cut in [9, 100, fs.len() / 4, fs.len() / 2, fs.len() * 3 / 4, fs.len() - 1] {
+            let err = match Manifest::from_component(&fs[..cut]) {
+                Err(e) => e.to_string(),
+                // The manifest may sit before the cut; the world check then
+                // still walks the rest.
+                Ok(_) => match super::super::world::World::detect(&fs[..cut]) {
+                    Err(e) => e.to_string(),
+                    Ok(world) => panic!("a component cut at {cut} of {} loads as {world}", fs.len()),
+                },
+            };
+            assert!(err.contains("truncated") || err.contains("not a valid"), "cut at {cut}: {err}");
+        }
+    }
 }

@@ -39,11 +39,11 @@ pub mod services;
 pub mod tool;
 pub mod world;
 
-pub use catalog::{BUILTIN_PLUGINS, PluginCatalog};
+pub use catalog::{BUILTIN_PLUGINS, Builtin, PluginCatalog, builtin};
 pub use error::{Call, ChannelFailure, PluginError, ToolFailure};
 pub use grants::{Grant, GrantConfig};
 pub use limits::Limits;
 pub use manifest::{Manifest, ToolSpec, WorkspaceAccess};
-pub use runtime::{CallContext, LoadedPlugin, PluginRuntime, PluginSource, RuntimeConfig};
+pub use runtime::{CallContext, ComponentBytes, LoadedPlugin, PluginRuntime, PluginSource, RuntimeConfig};
 pub use sandbox::ProgressSink;
 pub use services::{Delivery, GoalAction, GoalStatus, GoalUpdate, GoalView, HostInterface, HostServices, JobRequest, JobView, SendRequest, When};

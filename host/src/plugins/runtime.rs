@@ -72,7 +72,7 @@ pub struct LoadedPlugin {
     pub world: World,
     name: Arc<str>,
     hash: ContentHash,
-    bytes: Arc<[u8]>,
+    bytes: ComponentBytes,
     prepared: tokio::sync::OnceCell<Result<Prepared, Arc<PluginError>>>,
     outbound: std::sync::OnceLock<Arc<super::http::Outbound>>,
     /// `[plugins.<name>.settings]` as JSON, for the component's environment.
@@ -114,6 +114,33 @@ impl LoadedPlugin {
     /// Size of the component in bytes.
     pub fn size(&self) -> usize {
         self.bytes.len()
+    }
+}
+
+/// A component's bytes: a built-in's are the binary's own, borrowed (never
+/// copied: a process that does not compile it never reads them), any other
+/// plugin's are read into memory.
+#[derive(Clone)]
+pub enum ComponentBytes {
+    /// Embedded in the binary.
+    Static(&'static [u8]),
+    /// Read from a file.
+    Shared(Arc<[u8]>),
+}
+
+impl std::ops::Deref for ComponentBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ComponentBytes::Static(bytes) => bytes,
+            ComponentBytes::Shared(bytes) => bytes,
+        }
+    }
+}
+
+impl From<Arc<[u8]>> for ComponentBytes {
+    fn from(bytes: Arc<[u8]>) -> Self {
+        ComponentBytes::Shared(bytes)
     }
 }
 
@@ -197,7 +224,15 @@ impl PluginRuntime {
     /// Reads and validates a plugin without compiling it.
     pub fn load(&self, source: PluginSource, bytes: Arc<[u8]>, grants: &GrantConfig) -> Result<LoadedPlugin, PluginError> {
         let (manifest, world) = read_manifest(&source, &bytes)?;
-        Self::loaded(source, bytes, manifest, world, grants)
+        let hash = content_hash(&bytes);
+        Self::loaded(source, bytes.into(), hash, manifest, world, grants)
+    }
+
+    /// Validates a first-party plugin without compiling it, or copying or
+    /// hashing its bytes (the build script hashed them).
+    pub fn load_builtin(&self, builtin: &'static super::catalog::Builtin, grants: &GrantConfig) -> Result<LoadedPlugin, PluginError> {
+        let (manifest, world) = read_manifest(&PluginSource::Builtin, builtin.bytes)?;
+        Self::loaded(PluginSource::Builtin, ComponentBytes::Static(builtin.bytes), builtin.hash, manifest, world, grants)
     }
 
     /// Reads a plugin file and loads it with the grant `grants` gives its name.
@@ -206,13 +241,21 @@ impl PluginRuntime {
         let source = PluginSource::File(path.to_path_buf());
         let (manifest, world) = read_manifest(&source, &bytes)?;
         let grant = grants(&manifest.name);
-        Self::loaded(source, bytes, manifest, world, &grant)
+        let hash = content_hash(&bytes);
+        Self::loaded(source, bytes.into(), hash, manifest, world, &grant)
     }
 
     /// A plugin of `manifest` under its `[plugins.<name>]` table `grants`;
     /// fails when that table's secrets, `api_base` or settings do not fit
     /// the plugin (see [`super::configured`]).
-    fn loaded(source: PluginSource, bytes: Arc<[u8]>, manifest: Manifest, world: World, grants: &GrantConfig) -> Result<LoadedPlugin, PluginError> {
+    fn loaded(
+        source: PluginSource,
+        bytes: ComponentBytes,
+        hash: ContentHash,
+        manifest: Manifest,
+        world: World,
+        grants: &GrantConfig,
+    ) -> Result<LoadedPlugin, PluginError> {
         let (grant, grant_notes) = Grant::resolve(&manifest.name, &manifest.capabilities, grants);
         let outbound = std::sync::OnceLock::new();
         if let Some(tool_outbound) = super::configured::outbound(&manifest, grants)? {
@@ -221,7 +264,7 @@ impl PluginRuntime {
         let settings = super::configured::settings_json(&manifest.name, grants)?.map(Arc::from);
         Ok(LoadedPlugin {
             name: manifest.name.as_str().into(),
-            hash: content_hash(&bytes),
+            hash,
             manifest,
             source,
             grant,

@@ -6,7 +6,9 @@
 //! refuse a channel component without a `channel` section (or a tool
 //! component with one), and lets `prepare` link the matching `InstancePre`.
 
-use wasmparser::{Parser, Payload};
+use std::ops::ControlFlow;
+
+use wasmparser::Payload;
 
 use super::manifest::{Manifest, ManifestError};
 
@@ -34,28 +36,34 @@ impl World {
     /// the exports it has, so a plugin built against an unknown version says
     /// so at load rather than at its first call.
     pub fn detect(bytes: &[u8]) -> Result<World, ManifestError> {
-        let mut depth = 0usize;
         let mut found: Vec<World> = Vec::new();
         let mut other: Vec<String> = Vec::new();
-        for payload in Parser::new(0).parse_all(bytes) {
-            let payload = payload.map_err(|e| ManifestError::new(super::manifest::CONTAINER, format!("not a valid WebAssembly component: {e}")))?;
-            match payload {
-                Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
-                Payload::End(_) => depth = depth.saturating_sub(1),
-                Payload::ComponentExportSection(reader) if depth == 0 => {
-                    for export in reader {
-                        let export = export.map_err(|e| ManifestError::new(super::manifest::CONTAINER, format!("not a valid WebAssembly component: {e}")))?;
-                        match export.name.name {
-                            TOOL_V0_1 => found.push(World::ToolV0_1),
-                            TOOL_V0_2 => found.push(World::ToolV0_2),
-                            CHANNEL_V0_2 => found.push(World::ChannelV0_2),
-                            name if other.len() < 8 => other.push(name.to_string()),
-                            _ => {}
-                        }
-                    }
-                }
-                _ => {}
+        let mut bad_export = None;
+        super::manifest::walk_sections(bytes, |depth, payload| {
+            let Payload::ComponentExportSection(reader) = payload else { return ControlFlow::Continue(()) };
+            if depth > 0 {
+                return ControlFlow::Continue(());
             }
+            for export in reader.clone() {
+                let export = match export {
+                    Ok(export) => export,
+                    Err(e) => {
+                        bad_export = Some(e);
+                        return ControlFlow::Break(());
+                    }
+                };
+                match export.name.name {
+                    TOOL_V0_1 => found.push(World::ToolV0_1),
+                    TOOL_V0_2 => found.push(World::ToolV0_2),
+                    CHANNEL_V0_2 => found.push(World::ChannelV0_2),
+                    name if other.len() < 8 => other.push(name.to_string()),
+                    _ => {}
+                }
+            }
+            ControlFlow::Continue(())
+        })?;
+        if let Some(e) = bad_export {
+            return Err(ManifestError::new(super::manifest::CONTAINER, format!("not a valid WebAssembly component: {e}")));
         }
         match found.as_slice() {
             [world] => Ok(*world),

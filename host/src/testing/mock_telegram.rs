@@ -383,6 +383,8 @@ struct State {
     /// The `getUpdates` being held, and how to terminate it.
     held: Option<(u64, oneshot::Sender<()>)>,
     webhook: Option<Webhook>,
+    /// (public origin, where it is really served): see `route_public_url`.
+    tunnel: Option<(String, String)>,
     failures: HashMap<String, VecDeque<Failure>>,
     log: Vec<TelegramRequest>,
     sent: Vec<SentMessage>,
@@ -455,6 +457,7 @@ impl MockTelegram {
             next_poll: 1,
             held: None,
             webhook: None,
+            tunnel: None,
             failures: HashMap::new(),
             log: Vec::new(),
             sent: Vec::new(),
@@ -595,6 +598,15 @@ impl MockTelegram {
         lock(&self.shared.state).updates.iter().cloned().collect()
     }
 
+    /// Webhook URLs under `public` (what the bot registered, e.g.
+    /// `https://bot.example.test`) are delivered to `actual` instead (the
+    /// gateway's real address, known only once it listens), as a reverse
+    /// proxy or tunnel in front of the gateway would: a test need not pick
+    /// the gateway's port before it starts.
+    pub fn route_public_url(&self, public: &str, actual: &str) {
+        lock(&self.shared.state).tunnel = Some((public.trim_end_matches('/').to_string(), actual.trim_end_matches('/').to_string()));
+    }
+
     /// The webhook, when one is set.
     pub fn webhook(&self) -> Option<Webhook> {
         lock(&self.shared.state).webhook.clone()
@@ -635,7 +647,12 @@ impl MockTelegram {
     /// As [`deliver_webhook`](Self::deliver_webhook) with this secret header
     /// (`None`: no header), to test that a wrong one is refused.
     pub async fn deliver_webhook_with_secret(&self, update: impl Into<Value>, secret: Option<&str>) -> Result<u16, MockTelegramError> {
-        let url = self.webhook().ok_or(MockTelegramError::NoWebhook)?.url;
+        let mut url = self.webhook().ok_or(MockTelegramError::NoWebhook)?.url;
+        if let Some((public, actual)) = lock(&self.shared.state).tunnel.clone()
+            && let Some(rest) = url.strip_prefix(&public)
+        {
+            url = format!("{actual}{rest}");
+        }
         let mut update = update.into();
         assign_update_id(&mut lock(&self.shared.state), &mut update);
         let mut request = reqwest::Client::new().post(&url).json(&update);

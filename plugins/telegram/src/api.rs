@@ -184,6 +184,39 @@ pub fn send_media(api_base: &str, to: &Conversation, photo: bool, file: &str, ca
     HttpRequest::post(api_base, method, body)
 }
 
+/// Largest photo `sendPhoto` takes; a bigger picture goes as a document.
+pub const MAX_PHOTO_BYTES: u64 = 10 * 1024 * 1024;
+
+/// The upload of a workspace file, for the host to run with the bytes
+/// streamed in (`upload-request`): the method URL, the text parameters in
+/// order, and the name of the file's part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadPlan {
+    /// `sendPhoto` or `sendDocument`, with the token placeholder.
+    pub url: String,
+    /// `chat_id`, then `message_thread_id` in a topic.
+    pub fields: Vec<(String, String)>,
+    /// `photo` or `document`.
+    pub file_field: &'static str,
+    /// Milliseconds the host may take for it: 30 s, plus 1 s per 256 KiB
+    /// (a slow uplink), at most 10 minutes.
+    pub timeout_ms: u32,
+}
+
+/// How to upload a file of type `mime` and `size` bytes: as a photo when
+/// Telegram shows it inline (JPEG, PNG or WebP up to [`MAX_PHOTO_BYTES`]),
+/// else as a document, which keeps the file as it is.
+pub fn upload(api_base: &str, to: &Conversation, mime: &str, size: u64) -> UploadPlan {
+    let photo = matches!(mime, "image/jpeg" | "image/png" | "image/webp") && size <= MAX_PHOTO_BYTES;
+    let (method, file_field) = if photo { ("sendPhoto", "photo") } else { ("sendDocument", "document") };
+    let mut fields = vec![("chat_id".to_string(), to.chat_id.to_string())];
+    if let Some(topic) = to.topic {
+        fields.push(("message_thread_id".into(), topic.to_string()));
+    }
+    let timeout_ms = (30_000 + size / (256 * 1024) * 1000).min(600_000) as u32;
+    UploadPlan { url: method_url(api_base, method), fields, file_field, timeout_ms }
+}
+
 /// `getFile`: its result's `file_path` is read by [`file_path`].
 pub fn get_file(api_base: &str, file_id: &str) -> HttpRequest {
     HttpRequest::post(api_base, "getFile", json!({"file_id": file_id}))
@@ -260,6 +293,21 @@ fn encode_component(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pictures_go_as_photos_and_everything_else_as_documents() {
+        let topic = Conversation { chat_id: -100, topic: Some(7) };
+        let png = super::upload(DEFAULT_API_BASE, &topic, "image/png", 1000);
+        assert_eq!(png.url, "https://api.telegram.org/bot{{secret:bot_token}}/sendPhoto");
+        assert_eq!(png.file_field, "photo");
+        assert_eq!(png.fields, [("chat_id".to_string(), "-100".to_string()), ("message_thread_id".into(), "7".into())]);
+        assert_eq!(png.timeout_ms, 30_000);
+        let big = super::upload(DEFAULT_API_BASE, &topic, "image/jpeg", MAX_PHOTO_BYTES + 1);
+        assert_eq!((big.file_field, big.url.ends_with("/sendDocument")), ("document", true), "too big to be a photo");
+        let pdf = super::upload(DEFAULT_API_BASE, &Conversation { chat_id: 5, topic: None }, "application/pdf", 50 << 20);
+        assert_eq!((pdf.file_field, pdf.fields.len(), pdf.timeout_ms), ("document", 1, 230_000));
+        assert_eq!(super::upload(DEFAULT_API_BASE, &topic, "image/gif", 10).file_field, "document");
+    }
+
     use super::*;
     use crate::render::ParseMode;
 

@@ -17,7 +17,7 @@ wit_bindgen::generate!({ path: "../../wit/v0.2", world: "channel-plugin" });
 
 use exports::chitin::plugin::channel::{
     Action, ChannelError, ChatKind, ChatStatus, Guest, HttpMethod, HttpRequest, HttpResponse, Inbound, MediaRef, Outgoing,
-    SocketEvent, Step, Trigger, WebhookRequest, WebhookResponse,
+    OutgoingFile, SocketEvent, Step, Trigger, Upload, WebhookRequest, WebhookResponse,
 };
 
 /// The manifest the host reads without running any code (wit/README.md).
@@ -198,6 +198,18 @@ impl Guest for Telegram {
         let download = channel::download_request(DEFAULT_API_BASE, &result).map_err(error)?;
         // Up to 20 MB: more time than the host's 30 s default.
         Ok(request(download, 120_000))
+    }
+
+    fn upload_request(chat_id: String, thread: Option<String>, file: OutgoingFile) -> Result<Upload, ChannelError> {
+        // The host streams the bytes into this multipart request; the
+        // component never holds them.
+        let to = channel::conversation(&chat_id, thread.as_deref()).map_err(error)?;
+        let plan = api::upload(DEFAULT_API_BASE, &to, &file.mime, file.size);
+        Ok(Upload {
+            request: HttpRequest { method: HttpMethod::Post, url: plan.url, headers: vec![], body: vec![], timeout_ms: plan.timeout_ms },
+            fields: plan.fields,
+            file_field: plan.file_field.into(),
+        })
     }
 
     fn set_status(chat_id: String, status: ChatStatus) -> Result<(), ChannelError> {

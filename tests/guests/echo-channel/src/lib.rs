@@ -13,7 +13,8 @@
 //! are tested through a real component: `trap` (unreachable), `loop` (spins
 //! forever), `huge-state` (a 1 MiB state), `flood` (10 000 emits),
 //! `long-text` (one 100 KiB message), `fail` / `fatal` (the channel's own
-//! errors). `deliver` traps on the text `trap`.
+//! errors). `deliver` traps on the text `trap`; `upload-request` refuses
+//! every file (`fatal`), as a channel that cannot send files does.
 
 use serde::Deserialize;
 
@@ -21,7 +22,7 @@ wit_bindgen::generate!({ path: "../../../wit/v0.2", world: "channel-plugin" });
 
 use exports::chitin::plugin::channel::{
     Action, ChannelError, ChatKind, ChatStatus, Guest, HttpMethod, HttpRequest, HttpResponse, Inbound, MediaRef, Outgoing,
-    SocketEvent, Step, Trigger, WebhookRequest, WebhookResponse,
+    OutgoingFile, SocketEvent, Step, Trigger, Upload, WebhookRequest, WebhookResponse,
 };
 
 /// The manifest the host reads without running any code (see wit/README.md).
@@ -157,6 +158,10 @@ impl Guest for Echo {
 
     fn media_request(media: MediaRef) -> Result<HttpRequest, ChannelError> {
         Ok(HttpRequest { method: HttpMethod::Get, url: format!("{API}/file/{}", media.reference), headers: vec![], body: vec![], timeout_ms: 0 })
+    }
+
+    fn upload_request(_chat_id: String, _thread: Option<String>, _file: OutgoingFile) -> Result<Upload, ChannelError> {
+        Err(ChannelError::Fatal("the echo channel cannot send files".into()))
     }
 
     fn set_status(_chat_id: String, _status: ChatStatus) -> Result<(), ChannelError> {
