@@ -164,7 +164,9 @@ fn run_child(program: &std::path::Path, limits: &Limits, input: &[u8]) -> Result
             (&mut stderr).take(64 << 10).read_to_end(&mut buf).map(|_| buf)
         });
         // Wall clock as a backstop for a child that sleeps rather than computes.
-        let wall = Duration::from_secs(cpu.saturating_mul(2) + 10);
+        // Generous, because on a loaded machine the child gets a fraction of a
+        // core and the CPU limit is the one meant to stop a compile bomb.
+        let wall = Duration::from_secs(cpu.saturating_mul(3) + 20);
         let started = std::time::Instant::now();
         let status = loop {
             match child.try_wait() {
