@@ -10,7 +10,7 @@ use crate::agent::context::ContextBuilder;
 use crate::agent::runner::AgentRunner;
 use crate::bus::MessageBus;
 use crate::compact::{AutoCompact, ConsolidationSettings, Consolidator, HistoryArchive, SummaryLimits, SystemClock};
-use crate::config::{Config, ConfigError, DataDir};
+use crate::config::{Config, ConfigError, DataDir, ProviderApi};
 use crate::provider::{OpenAiOptions, OpenAiProvider, Provider, RetryPolicy};
 use crate::session::JsonlStore;
 use crate::plugins::{PluginCatalog, PluginError, PluginRuntime, RuntimeConfig};
@@ -71,6 +71,13 @@ pub struct App {
     pub tools: ToolRegistry,
 }
 
+impl AppError {
+    /// The model provider is not set up (see [`ConfigError::is_provider_setup`]).
+    pub fn is_provider_setup(&self) -> bool {
+        matches!(self, AppError::Config(e) if e.is_provider_setup())
+    }
+}
+
 impl App {
     /// Opens the host in `data` with `options`.
     pub fn open(data: DataDir, options: AppOptions) -> Result<App, AppError> {
@@ -100,13 +107,18 @@ impl App {
     /// The provider `[agent] provider` names, from `[providers.<name>]`.
     pub fn provider(&self) -> Result<Arc<dyn Provider>, AppError> {
         let (name, config) = self.config.provider()?;
+        // Missing endpoint or key: said now, before any request is made.
+        let api_key = config.check(&name)?;
         let name = name.as_str();
-        if config.api != "openai" {
-            return Err(AppError::Provider { name: name.into(), message: format!("api = \"{}\" is not supported (supported: \"openai\", any OpenAI-compatible endpoint)", config.api) });
+        match config.api {
+            ProviderApi::OpenAi => {}
+            ProviderApi::Anthropic => {
+                return Err(AppError::Provider { name: name.into(), message: "api = \"anthropic\" is not supported yet".into() });
+            }
         }
         let options = OpenAiOptions {
-            base_url: config.base_url.clone(),
-            api_key: config.resolved_api_key(name)?,
+            base_url: config.endpoint().to_string(),
+            api_key,
             request_timeout: std::time::Duration::from_secs(self.config.agent.llm_timeout_secs.max(1)),
             retry: RetryPolicy::default(),
             stream: self.config.agent.stream,

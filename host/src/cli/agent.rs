@@ -21,6 +21,7 @@ use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
 use chitin::agent::sink::{TurnSink, args_preview, tool_name};
+use chitin::agent::runner::StopReason;
 use chitin::agent::{AgentLoop, TurnOutcome};
 use chitin::app::AppOptions;
 use chitin::bus::MessageBus;
@@ -157,6 +158,13 @@ async fn one_shot(agent: &AgentLoop, progress: &Arc<Progress>, message: &str, se
 
 fn print_outcome(outcome: TurnOutcome) -> anyhow::Result<std::process::ExitCode> {
     match outcome {
+        // The model request failed: the reason on stderr and a failing exit
+        // status, so a script can tell; the session kept the user's message.
+        TurnOutcome::Done(ctx) if ctx.stop_reason == Some(StopReason::Error) => {
+            let reason = ctx.run_error.or(ctx.final_content).unwrap_or_else(|| "the model request failed".into());
+            errln!("error: {}", for_terminal(&reason));
+            Ok(std::process::ExitCode::FAILURE)
+        }
         TurnOutcome::Done(ctx) => {
             if let Some(reply) = ctx.outbound {
                 outln!("{}", for_terminal(&reply.content))?;

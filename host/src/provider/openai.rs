@@ -518,18 +518,24 @@ fn clip(text: &str) -> String {
 
 /// An error and its sources, without repeats ("error sending request: …:
 /// connection refused").
+///
+/// reqwest's and hyper's wrappers ("error sending request for url (…)",
+/// "client error (Connect)") are left out: the caller already names the
+/// URL, and what the user can act on is the cause under them ("tcp connect
+/// error: Connection refused", "dns error: …").
 fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
+    let wrapper = |part: &str| part.starts_with("error sending request") || part.starts_with("client error (");
+    let mut parts: Vec<String> = Vec::new();
+    let mut source: Option<&dyn std::error::Error> = Some(error);
     while let Some(cause) = source {
         let part = cause.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
+        if !part.is_empty() && !parts.iter().any(|p| p.contains(&part)) {
+            parts.push(part);
         }
         source = cause.source();
     }
-    text
+    let useful: Vec<&str> = parts.iter().map(String::as_str).filter(|p| !wrapper(p)).collect();
+    if useful.is_empty() { parts.join(": ") } else { useful.join(": ") }
 }
 
 // ---------------------------------------------------------------------------
