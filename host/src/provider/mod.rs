@@ -6,8 +6,10 @@
 //! runner decides what the user sees. Retries with backoff happen inside the
 //! provider (spec §9), never after streamed text reached the user.
 
+mod http;
 pub mod openai;
 mod retry;
+pub mod sse;
 
 use std::sync::Arc;
 
@@ -16,8 +18,9 @@ use serde_json::Value;
 
 use crate::session::{Message, ToolCall};
 
+pub use http::{HttpProvider, ProviderOptions, ProviderSetupError, StreamDecoder, Wire};
 pub use openai::{OpenAiOptions, OpenAiProvider};
-pub use retry::RetryPolicy;
+pub use retry::{Attempt, RetryPolicy};
 
 /// One chat-completions request.
 #[derive(Debug, Clone)]
