@@ -11,7 +11,7 @@ use crate::agent::runner::AgentRunner;
 use crate::bus::MessageBus;
 use crate::compact::{AutoCompact, ConsolidationSettings, Consolidator, HistoryArchive, SummaryLimits, SystemClock};
 use crate::config::{Config, ConfigError, DataDir, ProviderApi};
-use crate::provider::{OpenAiOptions, OpenAiProvider, Provider, RetryPolicy};
+use crate::provider::{Anthropic, AnthropicProvider, OpenAiProvider, Provider, ProviderOptions, RetryPolicy};
 use crate::session::JsonlStore;
 use crate::plugins::{PluginCatalog, PluginError, PluginRuntime, RuntimeConfig};
 use crate::tools::{ToolError, ToolRegistry};
@@ -110,23 +110,22 @@ impl App {
         // Missing endpoint or key: said now, before any request is made.
         let api_key = config.check(&name)?;
         let name = name.as_str();
-        match config.api {
-            ProviderApi::OpenAi => {}
-            ProviderApi::Anthropic => {
-                return Err(AppError::Provider { name: name.into(), message: "api = \"anthropic\" is not supported yet".into() });
-            }
-        }
-        let options = OpenAiOptions {
+        let options = ProviderOptions {
             base_url: config.endpoint().to_string(),
             api_key,
             request_timeout: std::time::Duration::from_secs(self.config.agent.llm_timeout_secs.max(1)),
             retry: RetryPolicy::default(),
             stream: self.config.agent.stream,
         };
-        let provider = OpenAiProvider::new(options)
-            .map_err(|e| AppError::Provider { name: name.into(), message: e.to_string() })?
-            .with_max_response_bytes(crate::provider::openai::response_cap(self.config.agent.max_tool_args_bytes()));
-        Ok(Arc::new(provider))
+        let cap = crate::provider::openai::response_cap(self.config.agent.max_tool_args_bytes());
+        let setup = |e: crate::provider::ProviderSetupError| AppError::Provider { name: name.into(), message: e.to_string() };
+        Ok(match config.api {
+            ProviderApi::OpenAi => Arc::new(OpenAiProvider::new(options).map_err(setup)?.with_max_response_bytes(cap)),
+            ProviderApi::Anthropic => {
+                let wire = Anthropic { thinking_budget: config.thinking_budget };
+                Arc::new(AnthropicProvider::anthropic(wire, options).map_err(setup)?.with_max_response_bytes(cap))
+            }
+        })
     }
 
     /// The agent's shared services over `provider`. What a turn shows while

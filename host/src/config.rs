@@ -407,6 +407,10 @@ pub struct ProviderConfig {
     /// `openai` (chat completions, the default) or `anthropic` (Messages).
     #[serde(default)]
     pub api: ProviderApi,
+    /// `api = "anthropic"` only: ask for extended thinking with this many
+    /// tokens of budget (at least 1024, below `[agent] max_tokens`).
+    #[serde(default)]
+    pub thinking_budget: Option<u32>,
 }
 
 /// Hosts whose API refuses every request without a key: a missing key
@@ -502,14 +506,14 @@ impl Config {
             }
             let base_url = base_url.unwrap_or_else(|| "https://api.openai.com/v1".into());
             let api_key = key.map(|_| "${OPENAI_API_KEY}".to_string());
-            return Ok((name.to_string(), ProviderConfig { base_url, api_key, api: ProviderApi::OpenAi }));
+            return Ok((name.to_string(), ProviderConfig { base_url, api_key, api: ProviderApi::OpenAi, thinking_budget: None }));
         }
         if self.providers.is_empty() && name == "anthropic" {
             if var("ANTHROPIC_API_KEY").is_none() {
                 return Err(ConfigError::NoProvider);
             }
             let base_url = var("ANTHROPIC_BASE_URL").unwrap_or_else(|| ANTHROPIC_BASE_URL.into());
-            return Ok((name.to_string(), ProviderConfig { base_url, api_key: Some("${ANTHROPIC_API_KEY}".into()), api: ProviderApi::Anthropic }));
+            return Ok((name.to_string(), ProviderConfig { base_url, api_key: Some("${ANTHROPIC_API_KEY}".into()), api: ProviderApi::Anthropic, thinking_budget: None }));
         }
         Err(ConfigError::MissingProvider { name: name.to_string(), known: self.providers.keys().cloned().collect::<Vec<_>>().join(", ") })
     }

@@ -46,6 +46,9 @@ pub struct AgentArgs {
     progress: bool,
 }
 
+/// Bytes of the model's reasoning shown per answer (the rest is cut).
+const REASONING_SHOWN_BYTES: usize = 300;
+
 /// Shows what the agent is doing on stderr: the turn's sink.
 struct Progress {
     spinner: ProgressBar,
@@ -103,6 +106,12 @@ impl TurnSink for Progress {
 
     fn tool_finished(&self, _call: &ToolCall, _ok: bool) {
         self.spinner.set_message("thinking…");
+    }
+
+    /// The model's reasoning (DeepSeek, Qwen, Anthropic thinking): one
+    /// clipped, escaped line of progress, never part of the reply.
+    fn reasoning(&self, text: &str) {
+        self.line(&format!("  ∴ {}", super::shown(text.trim(), REASONING_SHOWN_BYTES, "reasoning")));
     }
 
     /// A goal's interim answer: shown on stderr like progress (stdout gets

@@ -6,6 +6,7 @@
 //! runner decides what the user sees. Retries with backoff happen inside the
 //! provider (spec §9), never after streamed text reached the user.
 
+pub mod anthropic;
 mod http;
 pub mod openai;
 mod retry;
@@ -19,6 +20,7 @@ use serde_json::Value;
 use crate::session::{Message, ToolCall};
 
 pub use http::{HttpProvider, ProviderOptions, ProviderSetupError, StreamDecoder, Wire};
+pub use anthropic::{Anthropic, AnthropicProvider};
 pub use openai::{OpenAiOptions, OpenAiProvider};
 pub use retry::{Attempt, RetryPolicy};
 
@@ -56,16 +58,32 @@ pub enum FinishReason {
 /// Token counts reported by the API.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, cached ones included (Anthropic reports them apart;
+    /// they are added in here so every provider counts the same way).
     pub prompt_tokens: u64,
     /// Completion tokens.
     pub completion_tokens: u64,
+    /// Prompt tokens read from the provider's prompt cache.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's prompt cache.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+}
+
+impl Usage {
+    /// Prompt and completion tokens.
+    pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Self {
+        Usage { prompt_tokens, completion_tokens, ..Default::default() }
+    }
 }
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
     }
 }
 
@@ -94,7 +112,25 @@ pub struct ChatResponse {
     pub usage: Usage,
     /// Set when `finish_reason` is `Error`.
     pub error: Option<ProviderError>,
+    /// The model's reasoning, when the API returns it as text beside the
+    /// answer (`reasoning_content`, Anthropic's thinking text). Shown as
+    /// progress and kept in history metadata ([`REASONING`]), never sent
+    /// back as content.
+    pub reasoning: Option<String>,
+    /// Provider-specific blocks that must be replayed unchanged with this
+    /// answer's tool calls (Anthropic `thinking` / `redacted_thinking`
+    /// blocks with their signatures). Kept in history metadata
+    /// ([`THINKING_BLOCKS`]); only the provider that produced them reads them.
+    pub replay: Vec<Value>,
 }
+
+/// History metadata of an assistant message: the reasoning text the model
+/// gave with it (see [`ChatResponse::reasoning`]).
+pub const REASONING: &str = "reasoning";
+
+/// History metadata of an assistant message: the thinking blocks to replay
+/// with its tool calls (see [`ChatResponse::replay`]).
+pub const THINKING_BLOCKS: &str = "thinking_blocks";
 
 impl ChatResponse {
     /// An error response.

@@ -54,7 +54,7 @@ pub(crate) fn complete(content: Option<String>, calls: Vec<PartialCall>, finish:
         None if tool_calls.is_empty() => FinishReason::Stop,
         None => FinishReason::ToolCalls,
     };
-    ChatResponse { content, tool_calls, finish_reason: Some(finish_reason), usage, error: None }
+    ChatResponse { content, tool_calls, finish_reason: Some(finish_reason), usage, ..Default::default() }
 }
 
 /// `content` as text: a string, or the text parts of a content array.
@@ -81,9 +81,14 @@ pub(crate) fn parse_usage(usage: &Value) -> Option<Usage> {
         return None;
     }
     let count = |keys: [&str; 2]| keys.iter().find_map(|k| usage[*k].as_u64()).unwrap_or(0);
+    // OpenAI reports cache hits inside `prompt_tokens` (and in
+    // `prompt_tokens_details.cached_tokens`); it has no cache writes.
+    let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
     Some(Usage {
         prompt_tokens: count(["prompt_tokens", "input_tokens"]),
         completion_tokens: count(["completion_tokens", "output_tokens"]),
+        cache_read_tokens: cached,
+        cache_write_tokens: 0,
     })
 }
 
@@ -135,7 +140,16 @@ pub fn parse_completion(body: &str, model: &str, endpoint: &str) -> ChatResponse
             arguments: take_arguments(call),
         });
     }
-    complete(content, calls, finish.as_deref(), usage)
+    let mut response = complete(content, calls, finish.as_deref(), usage);
+    response.reasoning = reasoning_text(message).filter(|r| !r.trim().is_empty());
+    response
+}
+
+/// The reasoning an OpenAI-compatible server sends beside the answer:
+/// `reasoning_content` (DeepSeek, Qwen, vLLM) or `reasoning` (OpenRouter,
+/// Ollama), in a message or a stream delta.
+pub(crate) fn reasoning_text(object: &Value) -> Option<String> {
+    ["reasoning_content", "reasoning"].iter().find_map(|k| object[*k].as_str().map(str::to_string))
 }
 
 /// Moves the `arguments` out of a function object (see [`arguments_text`]).
@@ -165,6 +179,8 @@ pub struct StreamAnswer {
     error: Option<ProviderError>,
     /// Text reached the sink: no retry from here on.
     streamed: bool,
+    /// Reasoning deltas (`reasoning_content`, `reasoning`).
+    reasoning: String,
 }
 
 impl StreamAnswer {
@@ -220,6 +236,9 @@ impl StreamAnswer {
                     self.streamed = true;
                 }
             }
+        }
+        if let Some(piece) = reasoning_text(delta) {
+            self.reasoning.push_str(&piece);
         }
         if let Some(calls) = delta.get_mut("tool_calls").and_then(Value::as_array_mut) {
             for call in calls {
@@ -310,7 +329,9 @@ impl StreamAnswer {
             (self.saw_content && calls.is_empty()).then(String::new)
         };
         let usage = self.usage.unwrap_or_default();
-        Attempt { response: complete(content, calls, self.finish_reason.as_deref(), usage), retry_after: None, streamed }
+        let mut response = complete(content, calls, self.finish_reason.as_deref(), usage);
+        response.reasoning = Some(self.reasoning).filter(|r| !r.trim().is_empty());
+        Attempt { response, retry_after: None, streamed }
     }
 }
 

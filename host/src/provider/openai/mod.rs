@@ -195,7 +195,7 @@ mod tests {
         let response = attempt.response;
         assert_eq!(response.content.as_deref(), Some("Hello"));
         assert_eq!(response.finish_reason, Some(FinishReason::Stop));
-        assert_eq!(response.usage, Usage { prompt_tokens: 12, completion_tokens: 3 });
+        assert_eq!(response.usage, Usage::new(12, 3));
     }
 
     #[test]
@@ -287,7 +287,7 @@ mod tests {
         assert_eq!(ok.tool_calls[0].function.arguments, "{\"a\":1}");
         assert_eq!((ok.tool_calls[1].id.as_str(), ok.tool_calls[1].function.name.as_str()), ("c9", ""));
         assert_eq!(ok.tool_calls[1].function.arguments, "{bad");
-        assert_eq!(ok.usage, Usage { prompt_tokens: 5, completion_tokens: 2 });
+        assert_eq!(ok.usage, Usage::new(5, 2));
 
         let parts = parse_completion(r#"{"choices":[{"message":{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}]}"#, "m", "e");
         assert_eq!(parts.content.as_deref(), Some("ab"));
