@@ -130,7 +130,7 @@ pub const REASONING: &str = "reasoning";
 
 /// History metadata of an assistant message: the thinking blocks to replay
 /// with its tool calls (see [`ChatResponse::replay`]).
-pub const THINKING_BLOCKS: &str = "thinking_blocks";
+pub use crate::session::THINKING_BLOCKS;
 
 impl ChatResponse {
     /// An error response.
