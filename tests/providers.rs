@@ -207,3 +207,37 @@ async fn anthropic_prompt_caching_reads_the_stable_prefix_on_the_next_turn() {
     // the previous request back.
     assert!(stats.read_tokens > 0 && stats.hit_ratio() > 0.5, "{stats:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_500_storm_falls_back_to_the_next_model_and_status_says_so() {
+    use chitin::provider::{FallbackEntry, FallbackProvider, ModelHandle, OpenAiOptions, OpenAiProvider, RetryPolicy};
+    use std::sync::Arc;
+    let storm = MockLlm::start(chitin::testing::Script::default().or_else(MockReply::api_error(500, "upstream down")));
+    let backup = MockLlm::start(vec![MockReply::text("From the backup.")]);
+    let options = |url: String| OpenAiOptions { retry: RetryPolicy::fast(), stream: false, ..OpenAiOptions::new(url) };
+    let primary = Arc::new(OpenAiProvider::new(options(storm.base_url())).unwrap());
+    let secondary = Arc::new(OpenAiProvider::new(options(backup.base_url())).unwrap());
+    let handle = ModelHandle { provider: "backup".into(), model: "backup-model".into(), context_window: 65_536, max_output_tokens: 1024 };
+    let provider = FallbackProvider::new(primary, "mock/mock-model", vec![FallbackEntry { handle, provider: secondary }]);
+    let t = TestAgent::with_provider(storm, Arc::new(provider));
+    assert_eq!(t.ask("hi").await, "From the backup.");
+    assert_eq!(t.mock.request_count(), 4, "the main model got its four attempts first");
+    let sent = &backup.requests()[0];
+    assert_eq!(sent["model"], "backup-model");
+    assert_eq!(sent["max_tokens"], 1024, "the fallback's own output limit");
+    let status = t.ask("/status").await;
+    assert!(status.contains("fell back from mock/mock-model to backup/backup-model") && status.contains("upstream down"), "{status}");
+
+    // A request the API rejects does not fall back.
+    let rejecting = MockLlm::start(vec![MockReply::api_error(400, "bad request shape")]);
+    let backup = MockLlm::start(vec![MockReply::text("never")]);
+    let handle = ModelHandle { provider: "backup".into(), model: "b".into(), context_window: 65_536, max_output_tokens: 1024 };
+    let provider = FallbackProvider::new(
+        Arc::new(OpenAiProvider::new(options(rejecting.base_url())).unwrap()),
+        "mock/mock-model",
+        vec![FallbackEntry { handle, provider: Arc::new(OpenAiProvider::new(options(backup.base_url())).unwrap()) }],
+    );
+    let t = TestAgent::with_provider(rejecting, Arc::new(provider));
+    assert!(t.ask("hi").await.contains("bad request shape"));
+    assert_eq!(backup.request_count(), 0);
+}

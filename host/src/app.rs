@@ -11,7 +11,7 @@ use crate::agent::runner::AgentRunner;
 use crate::bus::MessageBus;
 use crate::compact::{AutoCompact, ConsolidationSettings, Consolidator, HistoryArchive, SummaryLimits, SystemClock};
 use crate::config::{Config, ConfigError, DataDir, ProviderApi};
-use crate::provider::{Anthropic, AnthropicProvider, OpenAiProvider, Provider, ProviderOptions, RetryPolicy};
+use crate::provider::{Anthropic, AnthropicProvider, FallbackEntry, FallbackProvider, ModelHandle, OpenAiProvider, Provider, ProviderOptions, RetryPolicy};
 use crate::session::JsonlStore;
 use crate::plugins::{PluginCatalog, PluginError, PluginRuntime, RuntimeConfig};
 use crate::tools::{ToolError, ToolRegistry};
@@ -107,9 +107,37 @@ impl App {
     /// The provider `[agent] provider` names, from `[providers.<name>]`.
     pub fn provider(&self) -> Result<Arc<dyn Provider>, AppError> {
         let (name, config) = self.config.provider()?;
+        let primary = self.build_provider(&name, &config)?;
+        let agent = &self.config.agent;
+        if agent.fallback_models.is_empty() {
+            return Ok(primary);
+        }
+        // Every fallback is checked now, like the main provider: a typo in
+        // the list is said at start, not at the first outage.
+        let mut fallbacks = Vec::new();
+        for entry in &agent.fallback_models {
+            let provider_name = entry.provider.clone().unwrap_or_else(|| name.clone());
+            let provider = if provider_name == name {
+                primary.clone()
+            } else {
+                let (fallback_name, fallback_config) = self.config.provider_named(&provider_name)?;
+                self.build_provider(&fallback_name, &fallback_config)?
+            };
+            let handle = ModelHandle {
+                provider: provider_name,
+                model: entry.model.clone(),
+                context_window: agent.context_window,
+                max_output_tokens: entry.max_tokens.unwrap_or(agent.max_tokens),
+            };
+            fallbacks.push(FallbackEntry { handle, provider });
+        }
+        Ok(Arc::new(FallbackProvider::new(primary, format!("{name}/{}", agent.model), fallbacks)))
+    }
+
+    /// The provider `[providers.<name>]` describes, checked (endpoint, key).
+    fn build_provider(&self, name: &str, config: &crate::config::ProviderConfig) -> Result<Arc<dyn Provider>, AppError> {
         // Missing endpoint or key: said now, before any request is made.
-        let api_key = config.check(&name)?;
-        let name = name.as_str();
+        let api_key = config.check(name)?;
         let options = ProviderOptions {
             base_url: config.endpoint().to_string(),
             api_key,

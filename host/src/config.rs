@@ -302,8 +302,28 @@ pub struct AgentConfig {
     /// (continuing after answers without tools) before it stops and marks
     /// the goal blocked.
     pub goal_budget_secs: u64,
+    /// Models tried in order when a request to the main one fails for a
+    /// reason on the provider's side (down, overloaded after its retries,
+    /// refused key or quota), not for a request the API rejects.
+    pub fallback_models: Vec<FallbackModel>,
     /// `[agent.subagents]`: the `spawn` tool.
     pub subagents: SubagentConfig,
+}
+
+/// One entry of `[agent] fallback_models`:
+/// `{ model = "gpt-4o-mini" }` (the same provider) or
+/// `{ provider = "claude", model = "claude-haiku-4-5", max_tokens = 4096 }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackModel {
+    /// Model name sent to the provider.
+    pub model: String,
+    /// Key of `[providers]`; unset means `[agent] provider`.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// Completion token cap for this model, when below `[agent] max_tokens`.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
 }
 
 /// `[agent.subagents]`: what a subagent (the `spawn` tool) may do.
@@ -351,6 +371,7 @@ impl Default for AgentConfig {
             stream: true,
             subagents: SubagentConfig::default(),
             goal_budget_secs: 1800,
+            fallback_models: Vec::new(),
         }
     }
 }
@@ -494,7 +515,12 @@ impl Config {
     /// `https://api.openai.com/v1`) and `OPENAI_API_KEY`, so a fresh machine
     /// needs no config file to talk to any OpenAI-compatible endpoint.
     pub fn provider(&self) -> Result<(String, ProviderConfig), ConfigError> {
-        let name = self.agent.provider.as_str();
+        self.provider_named(&self.agent.provider)
+    }
+
+    /// The provider `[providers.<name>]` (or the environment's default, as
+    /// for [`Config::provider`]).
+    pub fn provider_named(&self, name: &str) -> Result<(String, ProviderConfig), ConfigError> {
         if let Some(provider) = self.providers.get(name) {
             return Ok((name.to_string(), provider.clone()));
         }

@@ -107,3 +107,26 @@ fn an_unreachable_endpoint_fails_the_turn_with_one_plain_reason_and_keeps_the_me
     assert!(user[0].text().contains("are you there?"));
     assert!(session.messages.iter().all(|m| !m.text().contains("Connection refused")));
 }
+
+#[test]
+fn fallback_models_from_the_config_take_over_when_the_main_one_is_down() {
+    let backup = MockLlm::start(vec![MockReply::text("Backup here.")]);
+    let home = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[agent]\nprovider = \"main\"\nmodel = \"main-model\"\nfallback_models = [{{ provider = \"backup\", model = \"backup-model\" }}]\n\
+         [providers.main]\nbase_url = \"http://127.0.0.1:1/v1\"\n[providers.backup]\nbase_url = \"{}\"\n",
+        backup.base_url()
+    );
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let out = run_within(&mut chitin(home.path(), &["agent", "-m", "hello"]), std::time::Duration::from_secs(60));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "Backup here.");
+    assert!(stderr(&out).contains("falling back") && stderr(&out).contains("backup/backup-model"), "the switch is logged: {}", stderr(&out));
+    assert_eq!(backup.requests()[0]["model"], "backup-model");
+
+    // A fallback naming no provider table is refused at start.
+    std::fs::write(home.path().join("config.toml"), "[agent]\nfallback_models = [{ provider = \"nope\", model = \"m\" }]\n[providers.openai]\nbase_url = \"http://127.0.0.1:1/v1\"\n").unwrap();
+    let out = run(chitin(home.path(), &["agent", "-m", "hello"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("[providers.nope]"), "{}", stderr(&out));
+}

@@ -117,14 +117,20 @@ impl TestAgent {
 
     /// An agent speaking `api` to `mock`, streaming or not.
     pub fn over(mock: MockLlm, api: TestApi, stream: bool) -> TestAgent {
-        TestAgent::build_over(mock, api, stream, "", "", |_| {})
+        TestAgent::build_over(mock, api, stream, None, "", "", |_| {})
+    }
+
+    /// An agent over `provider` (which may or may not talk to `mock`).
+    pub fn with_provider(mock: MockLlm, provider: Arc<dyn Provider>) -> TestAgent {
+        TestAgent::build_over(mock, TestApi::OpenAi, false, Some(provider), "", "", |_| {})
     }
 
     fn build(mock: MockLlm, extra_agent: &str, grant: &str, customize: impl FnOnce(&mut AgentCore)) -> TestAgent {
-        TestAgent::build_over(mock, TestApi::OpenAi, false, extra_agent, grant, customize)
+        TestAgent::build_over(mock, TestApi::OpenAi, false, None, extra_agent, grant, customize)
     }
 
-    fn build_over(mock: MockLlm, api: TestApi, stream: bool, extra_agent: &str, grant: &str, customize: impl FnOnce(&mut AgentCore)) -> TestAgent {
+    #[allow(clippy::too_many_arguments)]
+    fn build_over(mock: MockLlm, api: TestApi, stream: bool, given: Option<Arc<dyn Provider>>, extra_agent: &str, grant: &str, customize: impl FnOnce(&mut AgentCore)) -> TestAgent {
         let home = tempfile::tempdir().expect("temp dir");
         let defaults: String = ["model = \"mock-model\"", "provider = \"mock\"", "stream = false", "llm_timeout_secs = 10"]
             .iter()
@@ -149,6 +155,7 @@ impl TestAgent {
             stream,
         };
         let provider: Arc<dyn Provider> = match api {
+            _ if given.is_some() => given.expect("checked"),
             TestApi::OpenAi => Arc::new(OpenAiProvider::new(options).expect("provider")),
             TestApi::Anthropic => Arc::new(AnthropicProvider::anthropic(Anthropic::default(), options).expect("provider")),
         };

@@ -84,7 +84,10 @@ impl AgentCore {
                 None => super::goals::goal_of(session),
             },
         };
-        let text = super::commands::status_text(&facts, session);
+        let mut text = super::commands::status_text(&facts, session);
+        if let Some(note) = self.runner.provider().status_note() {
+            text = format!("{text}\n{note}");
+        }
         match self.services.subagents().and_then(|m| m.status_lines(&session.key)) {
             Some(lines) => format!("{text}\n{lines}"),
             None => text,

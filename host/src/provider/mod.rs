@@ -7,6 +7,7 @@
 //! provider (spec §9), never after streamed text reached the user.
 
 pub mod anthropic;
+mod fallback;
 mod http;
 pub mod openai;
 mod retry;
@@ -21,6 +22,7 @@ use crate::session::{Message, ToolCall};
 
 pub use http::{HttpProvider, ProviderOptions, ProviderSetupError, StreamDecoder, Wire};
 pub use anthropic::{Anthropic, AnthropicProvider};
+pub use fallback::{FallbackEntry, FallbackProvider};
 pub use openai::{OpenAiOptions, OpenAiProvider};
 pub use retry::{Attempt, RetryPolicy};
 
@@ -157,4 +159,31 @@ pub trait Provider: Send + Sync {
 
     /// A short name for status output (`openai`, `anthropic`).
     fn name(&self) -> &str;
+
+    /// A line for `/status` beyond the name (fallback models and the last
+    /// switch), if any.
+    fn status_note(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A model and where it runs, with its limits: what a request needs to know
+/// about the model it goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelHandle {
+    /// Key of `[providers]`.
+    pub provider: String,
+    /// Model name sent to the provider.
+    pub model: String,
+    /// The model's context window, in tokens.
+    pub context_window: usize,
+    /// Completion token cap per request.
+    pub max_output_tokens: u32,
+}
+
+impl ModelHandle {
+    /// `provider/model`, for logs and status.
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.provider, self.model)
+    }
 }
