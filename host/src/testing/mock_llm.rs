@@ -31,7 +31,7 @@ use futures::StreamExt as _;
 pub const SCRIPT_EXHAUSTED: &str = "(script exhausted)";
 
 /// The `created` timestamp of every mock answer (fixed, for stable output).
-const CREATED: u64 = 1_700_000_000;
+const CREATED: i64 = 1_700_000_000;
 
 /// One scripted answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -496,14 +496,7 @@ async fn reply_response(shared: &Shared, reply: MockReply, request: &RequestHead
             .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
             .collect();
     }
-    let body = json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": CREATED,
-        "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": answer.finish}],
-        "usage": usage,
-    });
+    let body = crate::provider::openai::wire::completion(&id, CREATED, model, message, answer.finish, Some(usage));
     full(StatusCode::OK, "application/json", body.to_string())
 }
 
@@ -551,7 +544,7 @@ fn usage(request_len: usize, answer: &Answer) -> Value {
     let output = answer.content.as_deref().map_or(0, str::len)
         + answer.calls.iter().map(|(_, name, args)| name.len() + args.len()).sum::<usize>();
     let completion = (output / 4).max(1);
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+    crate::provider::openai::wire::usage(prompt as u64, completion as u64)
 }
 
 fn sse_response(body: Body) -> Response<Body> {
@@ -567,13 +560,7 @@ fn event(value: &Value) -> Bytes {
 }
 
 fn chunk(id: &str, model: &str, delta: Value, finish: Option<&str>) -> Value {
-    json!({
-        "id": id,
-        "object": "chat.completion.chunk",
-        "created": CREATED,
-        "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-    })
+    crate::provider::openai::wire::chunk(id, CREATED, model, delta, finish)
 }
 
 /// `text` in `parts` pieces of about equal length (on char boundaries).

@@ -22,6 +22,7 @@
 //!   requests.
 
 mod answer;
+pub mod wire;
 
 use serde::Serialize;
 use serde_json::{Value, json};
