@@ -120,7 +120,7 @@ impl App {
             let provider = if provider_name == name {
                 primary.clone()
             } else {
-                let (fallback_name, fallback_config) = self.config.provider_named(&provider_name)?;
+                let (fallback_name, fallback_config) = self.config.provider_named(&provider_name, "agent.fallback_models")?;
                 self.build_provider(&fallback_name, &fallback_config)?
             };
             let handle = ModelHandle {

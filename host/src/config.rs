@@ -25,8 +25,8 @@ pub enum ConfigError {
     #[error("config key `{field}` uses ${{{variable}}}, but the environment variable {variable} is not set")]
     MissingVariable { field: String, variable: String },
     /// `[agent] provider` names no `[providers.<name>]` table.
-    #[error("config key `agent.provider` is \"{name}\", but there is no [providers.{name}] table (configured: {known}); run `chitin onboard` for an example")]
-    MissingProvider { name: String, known: String },
+    #[error("config key `{key}` names provider \"{name}\", but there is no [providers.{name}] table (configured: {known}); run `chitin onboard` for an example")]
+    MissingProvider { key: &'static str, name: String, known: String },
     /// The workspace overlaps what only the host may write.
     #[error("the workspace {workspace} overlaps {what}: a plugin could then rewrite the host's config, cache or sessions. Use a workspace outside the data dir (or the default <data dir>/workspace)")]
     WorkspaceOverlap { workspace: PathBuf, what: String },
@@ -515,12 +515,13 @@ impl Config {
     /// `https://api.openai.com/v1`) and `OPENAI_API_KEY`, so a fresh machine
     /// needs no config file to talk to any OpenAI-compatible endpoint.
     pub fn provider(&self) -> Result<(String, ProviderConfig), ConfigError> {
-        self.provider_named(&self.agent.provider)
+        self.provider_named(&self.agent.provider, "agent.provider")
     }
 
     /// The provider `[providers.<name>]` (or the environment's default, as
     /// for [`Config::provider`]).
-    pub fn provider_named(&self, name: &str) -> Result<(String, ProviderConfig), ConfigError> {
+    /// `key` is the config key that named it, for the error.
+    pub fn provider_named(&self, name: &str, key: &'static str) -> Result<(String, ProviderConfig), ConfigError> {
         if let Some(provider) = self.providers.get(name) {
             return Ok((name.to_string(), provider.clone()));
         }
@@ -541,7 +542,7 @@ impl Config {
             let base_url = var("ANTHROPIC_BASE_URL").unwrap_or_else(|| ANTHROPIC_BASE_URL.into());
             return Ok((name.to_string(), ProviderConfig { base_url, api_key: Some("${ANTHROPIC_API_KEY}".into()), api: ProviderApi::Anthropic, thinking_budget: None }));
         }
-        Err(ConfigError::MissingProvider { name: name.to_string(), known: self.providers.keys().cloned().collect::<Vec<_>>().join(", ") })
+        Err(ConfigError::MissingProvider { key, name: name.to_string(), known: self.providers.keys().cloned().collect::<Vec<_>>().join(", ") })
     }
 
     /// Applies environment overrides: `CHITIN_MODEL` replaces `agent.model`.

@@ -128,5 +128,5 @@ fn fallback_models_from_the_config_take_over_when_the_main_one_is_down() {
     std::fs::write(home.path().join("config.toml"), "[agent]\nfallback_models = [{ provider = \"nope\", model = \"m\" }]\n[providers.openai]\nbase_url = \"http://127.0.0.1:1/v1\"\n").unwrap();
     let out = run(chitin(home.path(), &["agent", "-m", "hello"]));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("[providers.nope]"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("[providers.nope]") && stderr(&out).contains("agent.fallback_models"), "{}", stderr(&out));
 }
