@@ -10,8 +10,8 @@ use crate::agent::context::ContextBuilder;
 use crate::agent::runner::AgentRunner;
 use crate::bus::MessageBus;
 use crate::compact::{AutoCompact, ConsolidationSettings, Consolidator, HistoryArchive, SummaryLimits, SystemClock};
-use crate::config::{Config, ConfigError, DataDir};
-use crate::provider::{OpenAiOptions, OpenAiProvider, Provider, RetryPolicy};
+use crate::config::{Config, ConfigError, DataDir, ProviderApi};
+use crate::provider::{Anthropic, AnthropicProvider, FallbackEntry, FallbackProvider, ModelHandle, OpenAiProvider, Provider, ProviderOptions, RetryPolicy};
 use crate::session::JsonlStore;
 use crate::plugins::{PluginCatalog, PluginError, PluginRuntime, RuntimeConfig};
 use crate::tools::{ToolError, ToolRegistry};
@@ -71,6 +71,13 @@ pub struct App {
     pub tools: ToolRegistry,
 }
 
+impl AppError {
+    /// The model provider is not set up (see [`ConfigError::is_provider_setup`]).
+    pub fn is_provider_setup(&self) -> bool {
+        matches!(self, AppError::Config(e) if e.is_provider_setup())
+    }
+}
+
 impl App {
     /// Opens the host in `data` with `options`.
     pub fn open(data: DataDir, options: AppOptions) -> Result<App, AppError> {
@@ -107,21 +114,53 @@ impl App {
     /// The provider `[agent] provider` names, from `[providers.<name>]`.
     pub fn provider(&self) -> Result<Arc<dyn Provider>, AppError> {
         let (name, config) = self.config.provider()?;
-        let name = name.as_str();
-        if config.api != "openai" {
-            return Err(AppError::Provider { name: name.into(), message: format!("api = \"{}\" is not supported (supported: \"openai\", any OpenAI-compatible endpoint)", config.api) });
+        let primary = self.build_provider(&name, &config)?;
+        let agent = &self.config.agent;
+        if agent.fallback_models.is_empty() {
+            return Ok(primary);
         }
-        let options = OpenAiOptions {
-            base_url: config.base_url.clone(),
-            api_key: config.resolved_api_key(name)?,
+        // Every fallback is checked now, like the main provider: a typo in
+        // the list is said at start, not at the first outage.
+        let mut fallbacks = Vec::new();
+        for entry in &agent.fallback_models {
+            let provider_name = entry.provider.clone().unwrap_or_else(|| name.clone());
+            let provider = if provider_name == name {
+                primary.clone()
+            } else {
+                let (fallback_name, fallback_config) = self.config.provider_named(&provider_name, "agent.fallback_models")?;
+                self.build_provider(&fallback_name, &fallback_config)?
+            };
+            let handle = ModelHandle {
+                provider: provider_name,
+                model: entry.model.clone(),
+                context_window: agent.context_window,
+                max_output_tokens: entry.max_tokens.unwrap_or(agent.max_tokens),
+            };
+            fallbacks.push(FallbackEntry { handle, provider });
+        }
+        Ok(Arc::new(FallbackProvider::new(primary, format!("{name}/{}", agent.model), fallbacks)))
+    }
+
+    /// The provider `[providers.<name>]` describes, checked (endpoint, key).
+    fn build_provider(&self, name: &str, config: &crate::config::ProviderConfig) -> Result<Arc<dyn Provider>, AppError> {
+        // Missing endpoint or key: said now, before any request is made.
+        let api_key = config.check(name)?;
+        let options = ProviderOptions {
+            base_url: config.endpoint().to_string(),
+            api_key,
             request_timeout: std::time::Duration::from_secs(self.config.agent.llm_timeout_secs.max(1)),
             retry: RetryPolicy::default(),
             stream: self.config.agent.stream,
         };
-        let provider = OpenAiProvider::new(options)
-            .map_err(|e| AppError::Provider { name: name.into(), message: e.to_string() })?
-            .with_max_response_bytes(crate::provider::openai::response_cap(self.config.agent.max_tool_args_bytes()));
-        Ok(Arc::new(provider))
+        let cap = crate::provider::openai::response_cap(self.config.agent.max_tool_args_bytes());
+        let setup = |e: crate::provider::ProviderSetupError| AppError::Provider { name: name.into(), message: e.to_string() };
+        Ok(match config.api {
+            ProviderApi::OpenAi => Arc::new(OpenAiProvider::new(options).map_err(setup)?.with_max_response_bytes(cap)),
+            ProviderApi::Anthropic => {
+                let wire = Anthropic { thinking_budget: config.thinking_budget };
+                Arc::new(AnthropicProvider::anthropic(wire, options).map_err(setup)?.with_max_response_bytes(cap))
+            }
+        })
     }
 
     /// The agent's shared services over `provider`. What a turn shows while

@@ -25,8 +25,8 @@ pub enum ConfigError {
     #[error("config key `{field}` uses ${{{variable}}}, but the environment variable {variable} is not set")]
     MissingVariable { field: String, variable: String },
     /// `[agent] provider` names no `[providers.<name>]` table.
-    #[error("config key `agent.provider` is \"{name}\", but there is no [providers.{name}] table (configured: {known}); run `chitin onboard` for an example")]
-    MissingProvider { name: String, known: String },
+    #[error("config key `{key}` names provider \"{name}\", but there is no [providers.{name}] table (configured: {known}); run `chitin onboard` for an example")]
+    MissingProvider { key: &'static str, name: String, known: String },
     /// The workspace overlaps what only the host may write.
     #[error("the workspace {workspace} overlaps {what}: a plugin could then rewrite the host's config, cache or sessions. Use a workspace outside the data dir (or the default <data dir>/workspace)")]
     WorkspaceOverlap { workspace: PathBuf, what: String },
@@ -39,6 +39,29 @@ pub enum ConfigError {
     /// Neither `$CHITIN_HOME` nor a home directory is known.
     #[error("cannot find a data dir: set CHITIN_HOME or HOME")]
     NoHome,
+    /// No `[providers]` table and no provider variable in the environment:
+    /// there is no model to talk to.
+    #[error("no model provider is configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible endpoint, e.g. http://localhost:11434/v1), or ANTHROPIC_API_KEY, or run `chitin onboard` and edit [providers] in the config")]
+    NoProvider,
+    /// A provider whose API always needs a key has none.
+    #[error("provider `{name}` ({base_url}) needs an API key and has none: set {variable}, or set api_key = \"${{{variable}}}\" in [providers.{name}] (`chitin onboard` writes an example)")]
+    NoApiKey { name: String, base_url: String, variable: String },
+    /// A provider's `base_url` is empty or not an http(s) URL.
+    #[error("provider `{name}` has no usable endpoint: base_url = {base_url:?} (expected http://… or https://…; set [providers.{name}] base_url, or OPENAI_BASE_URL)")]
+    NoEndpoint { name: String, base_url: String },
+}
+
+impl ConfigError {
+    /// The model provider is not set up (no provider, key or endpoint):
+    /// the CLI exits with status 2 for these, before any request, so a
+    /// script can tell "not configured" from "the model failed".
+    pub fn is_provider_setup(&self) -> bool {
+        match self {
+            ConfigError::NoProvider | ConfigError::NoApiKey { .. } | ConfigError::NoEndpoint { .. } | ConfigError::MissingProvider { .. } => true,
+            ConfigError::MissingVariable { field, .. } => field.starts_with("providers."),
+            _ => false,
+        }
+    }
 }
 
 /// The data dir layout.
@@ -285,6 +308,10 @@ pub struct AgentConfig {
     /// (continuing after answers without tools) before it stops and marks
     /// the goal blocked.
     pub goal_budget_secs: u64,
+    /// Models tried in order when a request to the main one fails for a
+    /// reason on the provider's side (down, overloaded after its retries,
+    /// refused key or quota), not for a request the API rejects.
+    pub fallback_models: Vec<FallbackModel>,
     /// `[agent.subagents]`: the `spawn` tool.
     pub subagents: SubagentConfig,
     /// `[agent.dream]`: memory consolidation from the history archive.
@@ -335,6 +362,22 @@ impl Default for HeartbeatConfig {
     }
 }
 
+/// One entry of `[agent] fallback_models`:
+/// `{ model = "gpt-4o-mini" }` (the same provider) or
+/// `{ provider = "claude", model = "claude-haiku-4-5", max_tokens = 4096 }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackModel {
+    /// Model name sent to the provider.
+    pub model: String,
+    /// Key of `[providers]`; unset means `[agent] provider`.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// Completion token cap for this model, when below `[agent] max_tokens`.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+}
+
 /// `[agent.subagents]`: what a subagent (the `spawn` tool) may do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -382,6 +425,7 @@ impl Default for AgentConfig {
             goal_budget_secs: 1800,
             dream: DreamConfig::default(),
             heartbeat: HeartbeatConfig::default(),
+            fallback_models: Vec::new(),
         }
     }
 }
@@ -394,25 +438,107 @@ impl AgentConfig {
     }
 }
 
-/// `[providers.<name>]`: an OpenAI-compatible endpoint.
+/// The wire protocol a provider speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderApi {
+    /// OpenAI chat completions, and every compatible server.
+    #[default]
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl ProviderApi {
+    /// The name used in config and status output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderApi::OpenAi => "openai",
+            ProviderApi::Anthropic => "anthropic",
+        }
+    }
+
+    /// The environment variable conventionally holding this API's key.
+    pub fn key_variable(self) -> &'static str {
+        match self {
+            ProviderApi::OpenAi => "OPENAI_API_KEY",
+            ProviderApi::Anthropic => "ANTHROPIC_API_KEY",
+        }
+    }
+}
+
+/// `[providers.<name>]`: an endpoint and the API it speaks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
-    /// API base URL, e.g. `https://api.openai.com/v1`.
+    /// API base URL, e.g. `https://api.openai.com/v1`. Optional for
+    /// `api = "anthropic"` (default `https://api.anthropic.com/v1`).
+    #[serde(default)]
     pub base_url: String,
     /// API key; `${VAR}` is expanded from the environment.
     #[serde(default)]
     pub api_key: Option<String>,
-    /// API flavour; only `openai` (chat completions) for now.
-    #[serde(default = "default_api")]
-    pub api: String,
+    /// `openai` (chat completions, the default) or `anthropic` (Messages).
+    #[serde(default)]
+    pub api: ProviderApi,
+    /// `api = "anthropic"` only: ask for extended thinking with this many
+    /// tokens of budget (at least 1024, below `[agent] max_tokens`).
+    #[serde(default)]
+    pub thinking_budget: Option<u32>,
 }
 
-fn default_api() -> String {
-    "openai".into()
-}
+/// Hosts whose API refuses every request without a key: a missing key
+/// there is reported before any request is made. Other endpoints (local
+/// servers, proxies) may well need none.
+const KEYED_HOSTS: &[&str] = &[
+    "api.openai.com",
+    "api.anthropic.com",
+    "openrouter.ai",
+    "api.deepseek.com",
+    "api.groq.com",
+    "api.mistral.ai",
+    "api.together.xyz",
+    "generativelanguage.googleapis.com",
+    "dashscope.aliyuncs.com",
+    "api.moonshot.ai",
+];
+
+/// The model used with only `ANTHROPIC_API_KEY` set and no model chosen.
+pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
+
+/// Anthropic's API root.
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
 
 impl ProviderConfig {
+    /// The base URL, with the API's default when none is set.
+    pub fn endpoint(&self) -> &str {
+        match (self.base_url.trim(), self.api) {
+            ("", ProviderApi::Anthropic) => ANTHROPIC_BASE_URL,
+            (url, _) => url,
+        }
+    }
+
+    /// Checks that requests can be made at all: an http(s) endpoint, and a
+    /// key where the API always needs one. Returns the resolved key.
+    pub fn check(&self, name: &str) -> Result<Option<String>, ConfigError> {
+        let url = self.endpoint();
+        let lower = url.to_ascii_lowercase();
+        let rest = lower.strip_prefix("https://").or_else(|| lower.strip_prefix("http://")).filter(|r| !r.is_empty());
+        let Some(rest) = rest else {
+            return Err(ConfigError::NoEndpoint { name: name.to_string(), base_url: self.base_url.clone() });
+        };
+        let key = self.resolved_api_key(name)?.filter(|k| !k.trim().is_empty());
+        let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+        let host = host.split(':').next().unwrap_or_default();
+        let keyed = self.api == ProviderApi::Anthropic || KEYED_HOSTS.iter().any(|k| host == *k || host.ends_with(&format!(".{k}")));
+        if key.is_none() && keyed {
+            return Err(ConfigError::NoApiKey { name: name.to_string(), base_url: url.to_string(), variable: self.api.key_variable().to_string() });
+        }
+        Ok(key)
+    }
+
     /// The API key with `${VAR}` expanded; a missing variable is an error
     /// naming the key and the variable.
     pub fn resolved_api_key(&self, provider: &str) -> Result<Option<String>, ConfigError> {
@@ -443,20 +569,53 @@ impl Config {
     /// `https://api.openai.com/v1`) and `OPENAI_API_KEY`, so a fresh machine
     /// needs no config file to talk to any OpenAI-compatible endpoint.
     pub fn provider(&self) -> Result<(String, ProviderConfig), ConfigError> {
-        let name = self.agent.provider.as_str();
+        self.provider_named(&self.agent.provider, "agent.provider")
+    }
+
+    /// The provider `[providers.<name>]` (or the environment's default, as
+    /// for [`Config::provider`]).
+    /// `key` is the config key that named it, for the error.
+    pub fn provider_named(&self, name: &str, key: &'static str) -> Result<(String, ProviderConfig), ConfigError> {
         if let Some(provider) = self.providers.get(name) {
             return Ok((name.to_string(), provider.clone()));
         }
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         if self.providers.is_empty() && name == "openai" {
-            let base_url = std::env::var("OPENAI_BASE_URL").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "https://api.openai.com/v1".into());
-            let api_key = std::env::var("OPENAI_API_KEY").ok().filter(|v| !v.is_empty()).map(|_| "${OPENAI_API_KEY}".to_string());
-            return Ok((name.to_string(), ProviderConfig { base_url, api_key, api: default_api() }));
+            let (base_url, key) = (var("OPENAI_BASE_URL"), var("OPENAI_API_KEY"));
+            if base_url.is_none() && key.is_none() {
+                return Err(ConfigError::NoProvider);
+            }
+            let base_url = base_url.unwrap_or_else(|| "https://api.openai.com/v1".into());
+            let api_key = key.map(|_| "${OPENAI_API_KEY}".to_string());
+            return Ok((name.to_string(), ProviderConfig { base_url, api_key, api: ProviderApi::OpenAi, thinking_budget: None }));
         }
-        Err(ConfigError::MissingProvider { name: name.to_string(), known: self.providers.keys().cloned().collect::<Vec<_>>().join(", ") })
+        if self.providers.is_empty() && name == "anthropic" {
+            if var("ANTHROPIC_API_KEY").is_none() {
+                return Err(ConfigError::NoProvider);
+            }
+            let base_url = var("ANTHROPIC_BASE_URL").unwrap_or_else(|| ANTHROPIC_BASE_URL.into());
+            return Ok((name.to_string(), ProviderConfig { base_url, api_key: Some("${ANTHROPIC_API_KEY}".into()), api: ProviderApi::Anthropic, thinking_budget: None }));
+        }
+        Err(ConfigError::MissingProvider { key, name: name.to_string(), known: self.providers.keys().cloned().collect::<Vec<_>>().join(", ") })
     }
 
     /// Applies environment overrides: `CHITIN_MODEL` replaces `agent.model`.
     pub fn with_env_overrides(mut self) -> Config {
+        // A fresh machine with only an Anthropic key: talk to Anthropic
+        // (with a Claude model unless one was chosen) rather than fail for
+        // want of an OpenAI key.
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        if self.providers.is_empty()
+            && self.agent.provider == "openai"
+            && var("OPENAI_API_KEY").is_none()
+            && var("OPENAI_BASE_URL").is_none()
+            && var("ANTHROPIC_API_KEY").is_some()
+        {
+            self.agent.provider = "anthropic".into();
+            if self.agent.model == AgentConfig::default().model {
+                self.agent.model = DEFAULT_ANTHROPIC_MODEL.into();
+            }
+        }
         if let Some(model) = std::env::var("CHITIN_MODEL").ok().filter(|v| !v.is_empty()) {
             self.agent.model = model;
         }

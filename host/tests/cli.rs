@@ -108,7 +108,8 @@ fn a_bad_config_is_a_clear_error() {
     assert!(stderr(&out).contains("max_iterations"), "{}", stderr(&out));
     std::fs::write(home.path().join("config.toml"), "[providers.openai]\nbase_url = \"http://127.0.0.1:1/v1\"\napi_key = \"${CHITIN_TEST_NO_SUCH_VAR}\"\n").unwrap();
     let out = run(chitin(home.path(), &["agent", "-m", "hi"]));
-    assert_eq!(out.status.code(), Some(1));
+    // A provider that is not set up exits 2 (issue 13).
+    assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("providers.openai.api_key") && stderr(&out).contains("CHITIN_TEST_NO_SUCH_VAR"), "{}", stderr(&out));
 }
 

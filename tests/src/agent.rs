@@ -8,7 +8,7 @@ use chitin::agent::{AgentCore, AgentLoop, TurnOutcome, TurnSink};
 use chitin::app::{App, AppOptions};
 use chitin::bus::MessageBus;
 use chitin::config::DataDir;
-use chitin::provider::{OpenAiOptions, OpenAiProvider, RetryPolicy};
+use chitin::provider::{Anthropic, AnthropicProvider, OpenAiOptions, OpenAiProvider, Provider, RetryPolicy};
 use chitin::session::{JsonlStore, Session, SessionStore, ToolCall};
 use chitin::testing::MockLlm;
 
@@ -22,6 +22,8 @@ pub struct Recorder {
     /// `after:<tool>:<id>:<ok>`, `delta:<text>` and `interim:<text>` (a
     /// goal's interim answer) lines.
     pub events: Mutex<Vec<String>>,
+    /// Ask for streamed text (`delta:<text>` events); off by default.
+    pub streaming: std::sync::atomic::AtomicBool,
 }
 
 impl Recorder {
@@ -36,6 +38,12 @@ impl Recorder {
 }
 
 impl TurnSink for Recorder {
+    fn streams_text(&self) -> bool {
+        self.streaming.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn text_delta(&self, delta: &str) {
+        self.push(format!("delta:{delta}"));
+    }
     fn run_started(&self) {
         self.push("run".into());
     }
@@ -51,7 +59,22 @@ impl TurnSink for Recorder {
     fn interim_answer(&self, text: &str) {
         self.push(format!("interim:{text}"));
     }
+    fn reasoning(&self, text: &str) {
+        self.push(format!("reasoning:{text}"));
+    }
 }
+
+/// The API a [`TestAgent`] speaks to its mock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestApi {
+    /// OpenAI chat completions.
+    OpenAi,
+    /// Anthropic Messages (key `test-key`).
+    Anthropic,
+}
+
+/// The API key the Anthropic test provider sends.
+pub const TEST_ANTHROPIC_KEY: &str = "test-key";
 
 /// An agent wired to `mock`.
 pub struct TestAgent {
@@ -92,7 +115,22 @@ impl TestAgent {
         TestAgent::build(mock, "", grant, |_| {})
     }
 
+    /// An agent speaking `api` to `mock`, streaming or not.
+    pub fn over(mock: MockLlm, api: TestApi, stream: bool) -> TestAgent {
+        TestAgent::build_over(mock, api, stream, None, "", "", |_| {})
+    }
+
+    /// An agent over `provider` (which may or may not talk to `mock`).
+    pub fn with_provider(mock: MockLlm, provider: Arc<dyn Provider>) -> TestAgent {
+        TestAgent::build_over(mock, TestApi::OpenAi, false, Some(provider), "", "", |_| {})
+    }
+
     fn build(mock: MockLlm, extra_agent: &str, grant: &str, customize: impl FnOnce(&mut AgentCore)) -> TestAgent {
+        TestAgent::build_over(mock, TestApi::OpenAi, false, None, extra_agent, grant, customize)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build_over(mock: MockLlm, api: TestApi, stream: bool, given: Option<Arc<dyn Provider>>, extra_agent: &str, grant: &str, customize: impl FnOnce(&mut AgentCore)) -> TestAgent {
         let home = tempfile::tempdir().expect("temp dir");
         let defaults: String = ["model = \"mock-model\"", "provider = \"mock\"", "stream = false", "llm_timeout_secs = 10"]
             .iter()
@@ -109,17 +147,22 @@ impl TestAgent {
         std::fs::write(home.path().join("config.toml"), config).expect("config");
         let options = AppOptions { extra_plugins: vec![HOSTILE_WASM.into()], ..AppOptions::default() };
         let app = App::open(DataDir::at(home.path()), options).expect("app opens");
-        let provider = OpenAiProvider::new(OpenAiOptions {
+        let options = OpenAiOptions {
             base_url: mock.base_url(),
-            api_key: None,
+            api_key: (api == TestApi::Anthropic).then(|| TEST_ANTHROPIC_KEY.to_string()),
             request_timeout: Duration::from_secs(10),
             retry: RetryPolicy::fast(),
-            stream: false,
-        })
-        .expect("provider");
+            stream,
+        };
+        let provider: Arc<dyn Provider> = match api {
+            _ if given.is_some() => given.expect("checked"),
+            TestApi::OpenAi => Arc::new(OpenAiProvider::new(options).expect("provider")),
+            TestApi::Anthropic => Arc::new(AnthropicProvider::anthropic(Anthropic::default(), options).expect("provider")),
+        };
         let bus = Arc::new(MessageBus::new());
         let recorder = Arc::new(Recorder::default());
-        let mut core = app.agent_core(Arc::new(provider), bus.clone());
+        recorder.streaming.store(stream, std::sync::atomic::Ordering::Relaxed);
+        let mut core = app.agent_core(provider, bus.clone());
         customize(&mut core);
         TestAgent { mock, agent: AgentLoop::new(Arc::new(core)), bus, recorder, app, home }
     }

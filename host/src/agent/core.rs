@@ -87,7 +87,11 @@ impl AgentCore {
                 None => super::goals::goal_of(session),
             },
         };
-        let text = format!("{}\n{}", super::commands::status_text(&facts, session), self.dream.status_line());
+        let mut text = super::commands::status_text(&facts, session);
+        if let Some(note) = self.runner.provider().status_note() {
+            text = format!("{text}\n{note}");
+        }
+        text = format!("{text}\n{}", self.dream.status_line());
         match self.services.subagents().and_then(|m| m.status_lines(&session.key)) {
             Some(lines) => format!("{text}\n{lines}"),
             None => text,

@@ -61,6 +61,11 @@ pub trait TurnSink: Send + Sync {
     /// text already came as deltas; the next deltas belong to the next
     /// answer.
     fn interim_answer(&self, _text: &str) {}
+
+    /// The model's reasoning for the answer it just gave, when the API
+    /// returns it (DeepSeek's `reasoning_content`, Anthropic's thinking):
+    /// progress, not part of the reply. The model's text: escape it.
+    fn reasoning(&self, _text: &str) {}
 }
 
 /// A sink that shows nothing (benches, internal turns, tests that do not

@@ -21,6 +21,7 @@ use rustyline::{DefaultEditor, ExternalPrinter};
 use rustyline::error::ReadlineError;
 
 use chitin::agent::sink::{TurnSink, args_preview, tool_name};
+use chitin::agent::runner::StopReason;
 use chitin::agent::{AgentLoop, TurnOutcome};
 use chitin::app::AppOptions;
 use chitin::bus::MessageBus;
@@ -44,6 +45,9 @@ pub struct AgentArgs {
     #[arg(long)]
     progress: bool,
 }
+
+/// Bytes of the model's reasoning shown per answer (the rest is cut).
+const REASONING_SHOWN_BYTES: usize = 300;
 
 /// Shows what the agent is doing on stderr: the turn's sink.
 struct Progress {
@@ -104,6 +108,12 @@ impl TurnSink for Progress {
         self.spinner.set_message("thinking…");
     }
 
+    /// The model's reasoning (DeepSeek, Qwen, Anthropic thinking): one
+    /// clipped, escaped line of progress, never part of the reply.
+    fn reasoning(&self, text: &str) {
+        self.line(&format!("  ∴ {}", super::shown(text.trim(), REASONING_SHOWN_BYTES, "reasoning")));
+    }
+
     /// A goal's interim answer: shown on stderr like progress (stdout gets
     /// the final reply only).
     fn interim_answer(&self, text: &str) {
@@ -157,6 +167,13 @@ async fn one_shot(agent: &AgentLoop, progress: &Arc<Progress>, message: &str, se
 
 fn print_outcome(outcome: TurnOutcome) -> anyhow::Result<std::process::ExitCode> {
     match outcome {
+        // The model request failed: the reason on stderr and a failing exit
+        // status, so a script can tell; the session kept the user's message.
+        TurnOutcome::Done(ctx) if ctx.stop_reason == Some(StopReason::Error) => {
+            let reason = ctx.run_error.or(ctx.final_content).unwrap_or_else(|| "the model request failed".into());
+            errln!("error: {}", for_terminal(&reason));
+            Ok(std::process::ExitCode::FAILURE)
+        }
         TurnOutcome::Done(ctx) => {
             if let Some(reply) = ctx.outbound {
                 outln!("{}", for_terminal(&reply.content))?;

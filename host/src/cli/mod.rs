@@ -90,7 +90,7 @@ pub fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             errln!("error: {}", for_terminal(&error_text(&e)));
-            ExitCode::FAILURE
+            if is_provider_setup(&e) { ExitCode::from(2) } else { ExitCode::FAILURE }
         }
     }
 }
@@ -108,6 +108,16 @@ pub(crate) fn write_err(args: std::fmt::Arguments<'_>) {
 /// Writes raw bytes to stdout (a tool result going to a file keeps them).
 pub(crate) fn write_out_bytes(bytes: &[u8]) -> std::io::Result<()> {
     std::io::stdout().lock().write_all(bytes)
+}
+
+/// No model provider, key or endpoint: exit status 2, so a script can tell
+/// "not set up" from "the model failed" (1).
+fn is_provider_setup(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause.downcast_ref::<chitin::app::AppError>().is_some_and(|a| a.is_provider_setup())
+            || cause.downcast_ref::<chitin::config::ConfigError>().is_some_and(|c| c.is_provider_setup())
+            || cause.downcast_ref::<chitin::gateway::GatewayError>().is_some_and(|g| g.is_provider_setup())
+    })
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

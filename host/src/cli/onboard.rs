@@ -32,6 +32,8 @@ stream = true
 goal_budget_secs = 1800        # one turn's work on an active /goal
 # temperature = 0.7
 
+# fallback_models = [{ provider = "claude", model = "claude-haiku-4-5" }]  # tried when the model is down
+
 # Dream: folds the conversation history into memory/MEMORY.md, USER.md,
 # SOUL.md and skills/ (also by hand with /dream).
 [agent.dream]
@@ -50,6 +52,11 @@ interval_secs = 1800
 [providers.openai]
 base_url = "https://api.openai.com/v1"
 api_key = "${OPENAI_API_KEY}"  # ${VAR} is read from the environment
+
+# Anthropic's Messages API (set [agent] provider = "claude" to use it):
+# [providers.claude]
+# api = "anthropic"
+# api_key = "${ANTHROPIC_API_KEY}"
 
 # Per-call limits for every plugin.
 [limits]
@@ -101,7 +108,7 @@ pub fn run(data: &DataDir, force: bool) -> anyhow::Result<ExitCode> {
     }
     files.create_dir_all(Path::new("skills"))?;
     outln!("workspace: {}", workspace.display())?;
-    outln!("next: set OPENAI_API_KEY (or edit [providers]) and run `chitin agent`")?;
+    outln!("next: set OPENAI_API_KEY (or ANTHROPIC_API_KEY, or edit [providers]) and run `chitin agent`")?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -19,12 +19,12 @@ pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     outln!("model:      {} (context {} tokens, max {} completion tokens)", agent.model, agent.context_window, agent.max_tokens)?;
     match app.config.provider() {
         Ok((name, provider)) => {
-            let key = match provider.resolved_api_key(&name) {
+            let key = match provider.check(&name) {
                 Ok(Some(_)) => "set".to_string(),
                 Ok(None) => "none".to_string(),
                 Err(e) => format!("MISSING — {e}"),
             };
-            outln!("provider:   {name} → {} (api key: {key})", provider.base_url)?;
+            outln!("provider:   {name} → {} (api {}, api key: {key})", provider.endpoint(), provider.api.as_str())?;
         }
         Err(e) => outln!("provider:   NOT CONFIGURED — {e}")?,
     }

@@ -84,6 +84,17 @@ pub enum GatewayError {
     Sync(#[from] SessionError),
 }
 
+impl GatewayError {
+    /// The model provider is not set up (the CLI exits 2 for it).
+    pub fn is_provider_setup(&self) -> bool {
+        match self {
+            GatewayError::Config(e) => e.is_provider_setup(),
+            GatewayError::App(e) => e.is_provider_setup(),
+            _ => false,
+        }
+    }
+}
+
 /// A chat channel the gateway runs next to the API; [`channels`] builds
 /// them from `[channels.<name>]` ([`crate::channels::ComponentChannel`]).
 pub trait Channel: Send + 'static {

@@ -2,7 +2,9 @@
 //! request it accepts (validated by hand, so a 400 names the field, which
 //! serde's messages do not do reliably for untagged content), and the
 //! `chat.completion`, `chat.completion.chunk`, model list and error bodies
-//! it writes. No I/O here: `api.rs` owns the HTTP side.
+//! it writes (the completion and chunk shapes are the provider's own,
+//! `provider::openai::wire`, shared with the test mock). No I/O here:
+//! `api.rs` owns the HTTP side.
 
 use serde_json::{Value, json};
 
@@ -156,27 +158,17 @@ pub fn usage(meta: Option<&Value>) -> Option<Value> {
     let meta = meta?;
     let prompt = meta.get("prompt_tokens")?.as_u64()?;
     let completion = meta.get("completion_tokens")?.as_u64()?;
-    Some(json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}))
+    Some(crate::provider::openai::wire::usage(prompt, completion))
 }
 
-/// A non-streamed `chat.completion`.
+/// A whole `chat.completion` answer (the shape is `provider::openai::wire`'s).
 pub fn completion(head: &CompletionHead, content: &str, usage: Option<Value>) -> Value {
-    let mut body = json!({
-        "id": head.id, "object": "chat.completion", "created": head.created, "model": head.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": null}],
-    });
-    if let Some(usage) = usage {
-        body["usage"] = usage;
-    }
-    body
+    crate::provider::openai::wire::completion(&head.id, head.created, &head.model, json!({"role": "assistant", "content": content}), "stop", usage)
 }
 
-/// A `chat.completion.chunk` with `delta` and an optional finish reason.
+/// One `chat.completion.chunk` (the shape is `provider::openai::wire`'s).
 pub fn chunk(head: &CompletionHead, delta: Value, finish_reason: Option<&str>) -> Value {
-    json!({
-        "id": head.id, "object": "chat.completion.chunk", "created": head.created, "model": head.model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": null}],
-    })
+    crate::provider::openai::wire::chunk(&head.id, head.created, &head.model, delta, finish_reason)
 }
 
 /// The last chunk when `stream_options.include_usage` is set: no choices.

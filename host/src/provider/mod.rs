@@ -6,8 +6,12 @@
 //! runner decides what the user sees. Retries with backoff happen inside the
 //! provider (spec §9), never after streamed text reached the user.
 
+pub mod anthropic;
+mod fallback;
+mod http;
 pub mod openai;
 mod retry;
+pub mod sse;
 
 use std::sync::Arc;
 
@@ -16,8 +20,11 @@ use serde_json::Value;
 
 use crate::session::{Message, ToolCall};
 
+pub use http::{HttpProvider, ProviderOptions, ProviderSetupError, StreamDecoder, Wire};
+pub use anthropic::{Anthropic, AnthropicProvider};
+pub use fallback::{FallbackEntry, FallbackProvider};
 pub use openai::{OpenAiOptions, OpenAiProvider};
-pub use retry::RetryPolicy;
+pub use retry::{Attempt, RetryPolicy};
 
 /// One chat-completions request.
 #[derive(Debug, Clone)]
@@ -53,16 +60,32 @@ pub enum FinishReason {
 /// Token counts reported by the API.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, cached ones included (Anthropic reports them apart;
+    /// they are added in here so every provider counts the same way).
     pub prompt_tokens: u64,
     /// Completion tokens.
     pub completion_tokens: u64,
+    /// Prompt tokens read from the provider's prompt cache.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's prompt cache.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+}
+
+impl Usage {
+    /// Prompt and completion tokens.
+    pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Self {
+        Usage { prompt_tokens, completion_tokens, ..Default::default() }
+    }
 }
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
     }
 }
 
@@ -91,7 +114,25 @@ pub struct ChatResponse {
     pub usage: Usage,
     /// Set when `finish_reason` is `Error`.
     pub error: Option<ProviderError>,
+    /// The model's reasoning, when the API returns it as text beside the
+    /// answer (`reasoning_content`, Anthropic's thinking text). Shown as
+    /// progress and kept in history metadata ([`REASONING`]), never sent
+    /// back as content.
+    pub reasoning: Option<String>,
+    /// Provider-specific blocks that must be replayed unchanged with this
+    /// answer's tool calls (Anthropic `thinking` / `redacted_thinking`
+    /// blocks with their signatures). Kept in history metadata
+    /// ([`THINKING_BLOCKS`]); only the provider that produced them reads them.
+    pub replay: Vec<Value>,
 }
+
+/// History metadata of an assistant message: the reasoning text the model
+/// gave with it (see [`ChatResponse::reasoning`]).
+pub const REASONING: &str = "reasoning";
+
+/// History metadata of an assistant message: the thinking blocks to replay
+/// with its tool calls (see [`ChatResponse::replay`]).
+pub use crate::session::THINKING_BLOCKS;
 
 impl ChatResponse {
     /// An error response.
@@ -118,4 +159,31 @@ pub trait Provider: Send + Sync {
 
     /// A short name for status output (`openai`, `anthropic`).
     fn name(&self) -> &str;
+
+    /// A line for `/status` beyond the name (fallback models and the last
+    /// switch), if any.
+    fn status_note(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A model and where it runs, with its limits: what a request needs to know
+/// about the model it goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelHandle {
+    /// Key of `[providers]`.
+    pub provider: String,
+    /// Model name sent to the provider.
+    pub model: String,
+    /// The model's context window, in tokens.
+    pub context_window: usize,
+    /// Completion token cap per request.
+    pub max_output_tokens: u32,
+}
+
+impl ModelHandle {
+    /// `provider/model`, for logs and status.
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.provider, self.model)
+    }
 }

@@ -102,7 +102,7 @@ impl RetryPolicy {
 
 /// What one attempt produced, as the retry loop needs it.
 #[derive(Debug)]
-pub(crate) struct Attempt {
+pub struct Attempt {
     /// The answer, or a failed response.
     pub response: ChatResponse,
     /// The server's `Retry-After`, when it sent one.

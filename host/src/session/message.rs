@@ -39,6 +39,11 @@ fn function_kind() -> String {
     "function".into()
 }
 
+/// Metadata of an assistant message: provider blocks to replay unchanged
+/// with its tool calls (Anthropic thinking blocks and their signatures);
+/// the one annotation [`Message::for_provider`] keeps.
+pub const THINKING_BLOCKS: &str = "thinking_blocks";
+
 /// Name and raw arguments of a tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunctionCall {
@@ -179,8 +184,13 @@ impl Message {
         self.meta.contains_key(COMMAND_MARKER)
     }
 
-    /// The message as the provider should see it: annotations removed.
+    /// The message as the provider should see it: annotations removed,
+    /// except the blocks a provider must get back ([`THINKING_BLOCKS`]).
     pub fn for_provider(&self) -> Message {
-        Message { meta: Map::new(), ..self.clone() }
+        let mut meta = Map::new();
+        if let Some(blocks) = self.meta.get(THINKING_BLOCKS) {
+            meta.insert(THINKING_BLOCKS.into(), blocks.clone());
+        }
+        Message { meta, ..self.clone() }
     }
 }

@@ -31,7 +31,7 @@ use futures::StreamExt as _;
 pub const SCRIPT_EXHAUSTED: &str = "(script exhausted)";
 
 /// The `created` timestamp of every mock answer (fixed, for stable output).
-const CREATED: u64 = 1_700_000_000;
+const CREATED: i64 = 1_700_000_000;
 
 /// One scripted answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +69,10 @@ pub enum MockReply {
     /// Sends the text (as deltas when streaming, as the start of a JSON body
     /// otherwise), then breaks the connection before the answer ends.
     Truncated(String),
+    /// The reply, with the model's reasoning before it: OpenAI-compatible
+    /// `reasoning_content`, or an Anthropic `thinking` block with a
+    /// signature (`mock-sig-…`).
+    Thinking(String, Box<MockReply>),
 }
 
 impl MockReply {
@@ -85,6 +89,17 @@ impl MockReply {
     /// An HTTP error with a raw body and no `Retry-After`.
     pub fn status(status: u16, body: impl Into<String>) -> Self {
         MockReply::Status { status, body: body.into(), retry_after: None }
+    }
+
+    /// `reply` with `thinking` before it (see [`MockReply::Thinking`]).
+    pub fn thinking(thinking: impl Into<String>, reply: MockReply) -> Self {
+        MockReply::Thinking(thinking.into(), Box::new(reply))
+    }
+
+    /// An HTTP error with an Anthropic-shaped body:
+    /// `{"type":"error","error":{"type":"overloaded_error",…}}` for 529.
+    pub fn anthropic_error(status: u16, message: &str) -> Self {
+        MockReply::status(status, super::mock_anthropic::error_body(status, message))
     }
 
     /// An HTTP error with an OpenAI-shaped body:
@@ -176,6 +191,12 @@ struct Shared {
     /// Content deltas per streamed answer (3 unless set).
     stream_pieces: Mutex<usize>,
     next_call_id: AtomicU64,
+    /// Prompt-cache accounting (`mock_anthropic`): always for Anthropic
+    /// requests, for OpenAI ones when `openai_cache` is on.
+    cache: Mutex<super::mock_anthropic::PromptCache>,
+    openai_cache: std::sync::atomic::AtomicBool,
+    /// The auth and version headers of each request, in order.
+    headers: Mutex<Vec<Vec<(String, String)>>>,
 }
 
 /// Locks, ignoring poisoning: a panicking handler must not wedge the mock.
@@ -250,6 +271,25 @@ impl MockLlm {
         self
     }
 
+    /// Reports OpenAI automatic prompt caching too
+    /// (`prompt_tokens_details.cached_tokens`); off by default because it
+    /// parses every body, which load tests cannot afford.
+    pub fn with_openai_cache(self) -> MockLlm {
+        self.shared.openai_cache.store(true, Ordering::Relaxed);
+        self
+    }
+
+    /// Prompt-cache totals over the requests so far (see `mock_anthropic`).
+    pub fn cache_stats(&self) -> super::mock_anthropic::CacheStats {
+        lock(&self.shared.cache).totals
+    }
+
+    /// The `authorization`, `x-api-key` and `anthropic-version` headers of
+    /// each request, in order (name lowercased).
+    pub fn request_headers(&self) -> Vec<Vec<(String, String)>> {
+        lock(&self.shared.headers).clone()
+    }
+
     /// The API root to give a client: `http://127.0.0.1:PORT/v1`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.server.addr())
@@ -296,6 +336,9 @@ impl MockLlm {
             chunk_delay: Mutex::new(Duration::ZERO),
             stream_pieces: Mutex::new(3),
             next_call_id: AtomicU64::new(1),
+            cache: Mutex::new(Default::default()),
+            openai_cache: std::sync::atomic::AtomicBool::new(false),
+            headers: Mutex::new(Vec::new()),
         });
         let server_shared = shared.clone();
         let server = super::server::MockServer::start("MockLlm", move |request| respond(server_shared.clone(), request));
@@ -316,11 +359,16 @@ fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Respo
 
 async fn respond(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let path = request.uri().path().trim_end_matches('/').to_string();
-    if request.method() != Method::POST || !(path == "/v1/chat/completions" || path == "/chat/completions") {
-        let message = format!("the mock serves POST /v1/chat/completions, not {} {path}", request.method());
+    let anthropic = path == "/v1/messages" || path == "/messages";
+    if request.method() != Method::POST || !(path == "/v1/chat/completions" || path == "/chat/completions" || anthropic) {
+        let message = format!("the mock serves POST /v1/chat/completions and /v1/messages, not {} {path}", request.method());
         let body = json!({"error": {"message": message, "type": "invalid_request_error"}}).to_string();
         return Ok(full(StatusCode::NOT_FOUND, "application/json", body));
     }
+    let kept: Vec<(String, String)> = ["authorization", "x-api-key", "anthropic-version"]
+        .iter()
+        .filter_map(|name| request.headers().get(*name).and_then(|v| v.to_str().ok()).map(|v| (name.to_string(), v.to_string())))
+        .collect();
     let body = match request.into_body().collect().await {
         Ok(body) => body.to_bytes(),
         Err(_) => return Ok(full(StatusCode::BAD_REQUEST, "text/plain", "unreadable request body")),
@@ -329,6 +377,7 @@ async fn respond(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Resp
     let (index, scripted) = {
         let mut log = lock(&shared.log);
         log.0.push(body.clone());
+        lock(&shared.headers).push(kept);
         (log.0.len() - 1, log.1.as_mut().map(Script::next))
     };
     let reply = match (scripted, &shared.handler) {
@@ -340,7 +389,7 @@ async fn respond(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Resp
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    Ok(reply_response(&shared, reply, &head, body.len(), index).await)
+    Ok(reply_response(&shared, reply, &head, &body, index, anthropic).await)
 }
 
 /// The request fields the reply depends on, read without building a
@@ -383,8 +432,14 @@ struct Answer {
     finish: &'static str,
 }
 
-async fn reply_response(shared: &Shared, reply: MockReply, request: &RequestHead, request_len: usize, index: usize) -> Response<Body> {
+async fn reply_response(shared: &Shared, reply: MockReply, request: &RequestHead, body: &Bytes, index: usize, anthropic: bool) -> Response<Body> {
+    let request_len = body.len();
     let stream = request.stream;
+    let (mut thinking, mut reply) = (None, reply);
+    while let MockReply::Thinking(text, inner) = reply {
+        thinking = Some(text);
+        reply = *inner;
+    }
     let ids = |calls: Vec<(String, String)>| -> Vec<(String, String, String)> {
         calls
             .into_iter()
@@ -410,24 +465,30 @@ async fn reply_response(shared: &Shared, reply: MockReply, request: &RequestHead
         MockReply::Raw(body) => return full(StatusCode::OK, "application/json", body.to_string()),
         MockReply::RawSse(body) => return full(StatusCode::OK, "text/event-stream", body),
         MockReply::Truncated(text) => return truncated(&text, request, index, stream),
+        // Unwrapped above.
+        MockReply::Thinking(..) => Answer { content: None, calls: Vec::new(), finish: "stop" },
     };
+    if anthropic {
+        return anthropic_response(shared, &answer, thinking.as_deref(), request, body, index).await;
+    }
     let model = request.model();
     let id = format!("chatcmpl-mock-{index}");
-    let usage = usage(request_len, &answer);
+    let mut usage = usage(request_len, &answer);
+    if shared.openai_cache.load(Ordering::Relaxed) {
+        let blocks = super::mock_anthropic::openai_blocks(&parse_body(body));
+        let cache = lock(&shared.cache).account(&blocks);
+        usage["prompt_tokens_details"] = json!({"cached_tokens": cache.read.min(usage["prompt_tokens"].as_u64().unwrap_or(0))});
+    }
     if stream {
         let include_usage = request.stream_options.include_usage;
         let pieces = *lock(&shared.stream_pieces);
-        let events = sse_events(&answer, &id, model, include_usage.then_some(usage), pieces);
-        let delay = *lock(&shared.chunk_delay);
-        let frames = futures::stream::iter(events.into_iter().enumerate()).then(move |(n, e)| async move {
-            if n > 0 && !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            Ok(Frame::data(e))
-        });
-        return sse_response(StreamBody::new(frames).boxed_unsync());
+        let events = sse_events(&answer, thinking.as_deref(), &id, model, include_usage.then_some(usage), pieces);
+        return paced(shared, events);
     }
     let mut message = json!({"role": "assistant", "content": answer.content});
+    if let Some(thinking) = &thinking {
+        message["reasoning_content"] = thinking.as_str().into();
+    }
     if !answer.calls.is_empty() {
         message["tool_calls"] = answer
             .calls
@@ -435,15 +496,46 @@ async fn reply_response(shared: &Shared, reply: MockReply, request: &RequestHead
             .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
             .collect();
     }
-    let body = json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": CREATED,
-        "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": answer.finish}],
-        "usage": usage,
-    });
+    let body = crate::provider::openai::wire::completion(&id, CREATED, model, message, answer.finish, Some(usage));
     full(StatusCode::OK, "application/json", body.to_string())
+}
+
+/// A streamed answer, `chunk_delay` between its events.
+fn paced(shared: &Shared, events: Vec<Bytes>) -> Response<Body> {
+    let delay = *lock(&shared.chunk_delay);
+    let frames = futures::stream::iter(events.into_iter().enumerate()).then(move |(n, e)| async move {
+        if n > 0 && !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        Ok(Frame::data(e))
+    });
+    sse_response(StreamBody::new(frames).boxed_unsync())
+}
+
+/// The answer as the Anthropic Messages API gives it (`mock_anthropic`),
+/// with prompt-cache accounting.
+async fn anthropic_response(shared: &Shared, answer: &Answer, thinking: Option<&str>, request: &RequestHead, body: &Bytes, index: usize) -> Response<Body> {
+    let blocks = super::mock_anthropic::anthropic_blocks(&parse_body(body));
+    let cache = lock(&shared.cache).account(&blocks);
+    let output = answer.content.as_deref().map_or(0, str::len)
+        + thinking.map_or(0, str::len)
+        + answer.calls.iter().map(|(_, name, args)| name.len() + args.len()).sum::<usize>();
+    let id = format!("msg_mock_{index}");
+    let rendered = super::mock_anthropic::Rendered {
+        id: &id,
+        model: request.model(),
+        thinking,
+        content: answer.content.as_deref(),
+        calls: &answer.calls,
+        finish: answer.finish,
+        output_tokens: (output as u64 / 4).max(1),
+        cache,
+    };
+    if request.stream {
+        let pieces = *lock(&shared.stream_pieces);
+        return paced(shared, super::mock_anthropic::stream_events(&rendered, pieces, split));
+    }
+    full(StatusCode::OK, "application/json", super::mock_anthropic::message(&rendered).to_string())
 }
 
 /// Plausible token counts: a quarter of the bytes, as a rough tokenizer.
@@ -452,7 +544,7 @@ fn usage(request_len: usize, answer: &Answer) -> Value {
     let output = answer.content.as_deref().map_or(0, str::len)
         + answer.calls.iter().map(|(_, name, args)| name.len() + args.len()).sum::<usize>();
     let completion = (output / 4).max(1);
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+    crate::provider::openai::wire::usage(prompt as u64, completion as u64)
 }
 
 fn sse_response(body: Body) -> Response<Body> {
@@ -468,13 +560,7 @@ fn event(value: &Value) -> Bytes {
 }
 
 fn chunk(id: &str, model: &str, delta: Value, finish: Option<&str>) -> Value {
-    json!({
-        "id": id,
-        "object": "chat.completion.chunk",
-        "created": CREATED,
-        "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-    })
+    crate::provider::openai::wire::chunk(id, CREATED, model, delta, finish)
 }
 
 /// `text` in `parts` pieces of about equal length (on char boundaries).
@@ -499,7 +585,7 @@ fn split(text: &str, parts: usize) -> Vec<&str> {
 /// The answer as OpenAI streams it: a role chunk, content in a few deltas,
 /// each tool call as a header delta then argument deltas, the finish reason,
 /// the usage chunk when asked for, and `[DONE]`.
-fn sse_events(answer: &Answer, id: &str, model: &str, usage: Option<Value>, pieces: usize) -> Vec<Bytes> {
+fn sse_events(answer: &Answer, thinking: Option<&str>, id: &str, model: &str, usage: Option<Value>, pieces: usize) -> Vec<Bytes> {
     let mut events = Vec::new();
     let first = if answer.content.is_some() {
         json!({"role": "assistant", "content": ""})
@@ -507,6 +593,9 @@ fn sse_events(answer: &Answer, id: &str, model: &str, usage: Option<Value>, piec
         json!({"role": "assistant", "content": null})
     };
     events.push(event(&chunk(id, model, first, None)));
+    for piece in split(thinking.unwrap_or_default(), 2) {
+        events.push(event(&chunk(id, model, json!({"reasoning_content": piece}), None)));
+    }
     for piece in split(answer.content.as_deref().unwrap_or_default(), pieces) {
         events.push(event(&chunk(id, model, json!({"content": piece}), None)));
     }

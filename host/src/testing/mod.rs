@@ -1,5 +1,6 @@
 //! Test support shared by the unit tests, the integration tests (`tests/`)
-//! and the benchmarks: [`MockLlm`], a scripted OpenAI-compatible server, so
+//! and the benchmarks: [`MockLlm`], a scripted OpenAI-compatible and
+//! Anthropic Messages server (with prompt-cache accounting), so
 //! nothing that exercises a provider or the agent loop needs the network;
 //! [`MockTelegram`], a scripted Telegram Bot API (long polling, webhooks,
 //! the 4096 limit, scripted 429/409), so channel tests need no network
@@ -13,12 +14,14 @@
 pub mod bomb;
 pub(crate) mod server;
 mod mock_index;
+mod mock_anthropic;
 mod mock_llm;
 mod mock_telegram;
 mod mock_web;
 
 pub use mock_index::{Fault, MockIndex};
 pub use mock_web::{MockWeb, WebRequest};
+pub use mock_anthropic::CacheStats;
 pub use mock_llm::{MockLlm, MockReply, SCRIPT_EXHAUSTED, Script};
 pub use mock_telegram::{
     CONFLICT_POLLER, CONFLICT_WEBHOOK, ChatAction, Edit, MAX_CAPTION_UTF16, MAX_TEXT_UTF16, MOCK_BOT_ID, MOCK_BOT_TOKEN,

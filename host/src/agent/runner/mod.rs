@@ -100,13 +100,17 @@ impl AgentRunner {
             if response.is_error() {
                 return run.fail(response.error);
             }
+            if let Some(reasoning) = &response.reasoning {
+                spec.sink.reasoning(reasoning);
+            }
             let named = |c: &ToolCall| !c.function.name.trim().is_empty();
             let wants_tools = matches!(response.finish_reason, Some(FinishReason::ToolCalls) | Some(FinishReason::Stop) | None);
             if wants_tools && response.tool_calls.iter().any(named) {
                 // Moved, not cloned: the arguments may be megabytes.
                 let mut response = response;
                 let calls: Vec<ToolCall> = std::mem::take(&mut response.tool_calls).into_iter().filter(named).collect();
-                if let Some(crash) = self.run_tools(run, iteration, response.content.filter(|c| !c.trim().is_empty()), calls).await {
+                let message = with_reasoning(Message::assistant_calls(response.content.take().filter(|c| !c.trim().is_empty()), Vec::new()), &mut response);
+                if let Some(crash) = self.run_tools(run, iteration, message, calls).await {
                     let text = format!("Error: {crash}");
                     run.messages.push(Message::assistant(text.clone()));
                     run.checkpoint(CheckpointPhase::FinalResponse, iteration, &[]);
@@ -117,12 +121,14 @@ impl AgentRunner {
                 run.inject(INJECTIONS_PER_DRAIN);
                 continue;
             }
+            let mut response = response;
+            let kept = with_reasoning(Message::assistant(""), &mut response);
             let answer = match self.finish_answer(run, response).await {
                 Ok(Some(text)) => text,
                 Ok(None) => return run.finish(None, StopReason::EmptyFinalResponse),
                 Err(error) => return run.fail(Some(error)),
             };
-            run.messages.push(Message::assistant(answer.clone()));
+            run.messages.push(Message { content: Some(answer.clone()), ..kept });
             if run.inject(INJECTIONS_PER_DRAIN) {
                 continue;
             }
@@ -187,9 +193,9 @@ impl AgentRunner {
     /// checkpoint before and after. Calls over the arguments cap are
     /// bounded first: they are refused, and only their bounded form is kept.
     /// Returns the first crash when the spec makes crashes fatal.
-    async fn run_tools(&self, run: &mut Run<'_>, iteration: usize, text: Option<String>, mut calls: Vec<ToolCall>) -> Option<String> {
+    async fn run_tools(&self, run: &mut Run<'_>, iteration: usize, message: Message, mut calls: Vec<ToolCall>) -> Option<String> {
         let refusals: Vec<Option<String>> = calls.iter_mut().map(|call| bound_call(call, run.spec.max_tool_args_bytes)).collect();
-        run.messages.push(Message::assistant_calls(text, calls.clone()));
+        run.messages.push(Message { tool_calls: calls.clone(), ..message });
         run.checkpoint(CheckpointPhase::AwaitingTools, iteration, &calls);
         let outcomes = run_calls(run.spec, &calls, refusals, &mut run.guards).await;
         let mut crash = None;
@@ -333,6 +339,19 @@ impl Run<'_> {
         result.error = Some(error.message);
         result
     }
+}
+
+/// `message` with the response's reasoning and replay blocks in its
+/// metadata (moved out of the response): kept in history, replayed only by
+/// the provider that reads them (Anthropic's thinking blocks).
+fn with_reasoning(mut message: Message, response: &mut ChatResponse) -> Message {
+    if let Some(reasoning) = response.reasoning.take() {
+        message.meta.insert(crate::provider::REASONING.into(), reasoning.into());
+    }
+    if !response.replay.is_empty() {
+        message.meta.insert(crate::provider::THINKING_BLOCKS.into(), std::mem::take(&mut response.replay).into());
+    }
+    message
 }
 
 /// Bytes of an oversized call's arguments kept in history, so the model

@@ -130,6 +130,9 @@ pub struct TurnContext {
     pub tools_used: Vec<String>,
     /// How the run ended.
     pub stop_reason: Option<StopReason>,
+    /// Why the run failed (a provider error), for callers that report it
+    /// apart from the reply (`chitin agent -m` exits non-zero with it).
+    pub run_error: Option<String>,
     /// Messages were injected mid-run.
     pub had_injections: bool,
     /// Where messages for this session wait while the turn runs.
@@ -216,6 +219,7 @@ impl TurnContext {
             final_content: None,
             tools_used: Vec::new(),
             stop_reason: None,
+            run_error: None,
             had_injections: false,
             pending: None,
             pending_summary: None,

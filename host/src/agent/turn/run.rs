@@ -82,6 +82,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     ctx.final_content = result.final_content.clone();
     ctx.tools_used = result.tools_used.clone();
     ctx.stop_reason = Some(result.stop_reason);
+    ctx.run_error = result.error.clone();
     ctx.had_injections = result.had_injections;
     ctx.run_result = Some(result);
     Ok(TurnEvent::Ok)
