@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use chitin::market::{audit, sha256_hex, sign};
 use chitin::plugins::manifest::{self, Manifest};
 use chitin::plugins::world::World;
-use chitin::plugins::{BUILTIN_PLUGINS, PluginRuntime, PluginSource, RuntimeConfig};
+use chitin::plugins::{PluginRuntime, PluginSource, RuntimeConfig};
 
 const CHITIN_BIN: &str = env!("CARGO_BIN_EXE_chitin");
 
@@ -113,7 +113,7 @@ fn component(work: &Path) -> (Vec<u8>, String, String) {
     // code still knows only its own tool names, so the call is answered by
     // the guest with an unknown-tool error: an instantiate + call all the
     // same, which is what "no compile on the first call" is about.
-    let web = BUILTIN_PLUGINS.iter().find(|(n, _)| *n == "web").expect("web is built in").1;
+    let web = chitin::plugins::builtin("web").expect("web is built in").bytes;
     let mut manifest = Manifest::from_component(web).unwrap();
     manifest.name = "webx".into();
     manifest.version = "1.0.0".into();

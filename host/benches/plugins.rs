@@ -71,7 +71,7 @@ fn compile_child_vs_in_process(rt: &tokio::runtime::Runtime, home: &Path) {
     let child = median((0..5).map(|_| measure(true)).collect());
     println!(
         "compile fs ({} KiB): in process {:.1} ms, in the compile child {:.1} ms ({:.2}x)",
-        fs.len() / 1024,
+        fs.bytes.len() / 1024,
         ms(in_process),
         ms(child),
         child.as_secs_f64() / in_process.as_secs_f64()
