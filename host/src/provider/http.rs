@@ -405,6 +405,23 @@ pub(crate) async fn read_body(mut response: reqwest::Response, cap: usize, deadl
 // ---------------------------------------------------------------------------
 // Errors
 
+/// Why a stream that stopped (`interruption`: the read error, `None`: it
+/// ended) is a failure, or `None` when the answer was complete. Shared by
+/// every wire's [`StreamDecoder::finish`], so the wording is the same.
+pub(crate) fn stream_end_error(started: bool, complete: bool, interruption: Option<ProviderError>) -> Option<ProviderError> {
+    let ended = |message: &str| {
+        Some(interruption.clone().unwrap_or_else(|| ProviderError { status: Some(200), retryable: true, message: message.into() }))
+    };
+    if !started {
+        ended("the model provider ended the stream without an answer")
+    } else if complete {
+        // Everything needed arrived; a late hiccup loses nothing.
+        None
+    } else {
+        ended("the model provider ended the stream before the answer was complete")
+    }
+}
+
 pub(crate) fn http_error(status: u16, body: &str, model: &str, endpoint: &str) -> ProviderError {
     let mut detail = api_message(body);
     if detail.is_empty() {

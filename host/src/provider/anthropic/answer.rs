@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::provider::http::{StreamDecoder, clip, http_error, unreadable};
+use crate::provider::http::{StreamDecoder, clip, http_error, stream_end_error, unreadable};
 use crate::provider::retry::Attempt;
 use crate::provider::sse::SseEvent;
 use crate::provider::{ChatResponse, FinishReason, ProviderError, StreamSink, Usage};
@@ -262,23 +262,7 @@ impl StreamDecoder for AnthropicStream {
     fn finish(self, interruption: Option<ProviderError>) -> Attempt {
         let streamed = self.streamed;
         let complete = self.stopped || self.stop_reason.is_some();
-        let error = self.error.or_else(|| {
-            if !self.started && self.blocks.is_empty() {
-                Some(interruption.clone().unwrap_or_else(|| ProviderError {
-                    status: Some(200),
-                    retryable: true,
-                    message: "the model provider ended the stream without an answer".into(),
-                }))
-            } else if complete {
-                None
-            } else {
-                Some(interruption.clone().unwrap_or_else(|| ProviderError {
-                    status: Some(200),
-                    retryable: true,
-                    message: "the model provider ended the stream before the answer was complete".into(),
-                }))
-            }
-        });
+        let error = self.error.or_else(|| stream_end_error(self.started || !self.blocks.is_empty(), complete, interruption));
         let blocks: Vec<Block> = self.blocks.into_values().collect();
         if let Some(error) = error {
             // The partial text is kept: it is what the user already saw.

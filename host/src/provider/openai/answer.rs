@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::Value;
 
 use super::embedded_error;
-use crate::provider::http::{StreamDecoder, clip, unreadable};
+use crate::provider::http::{StreamDecoder, clip, stream_end_error, unreadable};
 use crate::provider::retry::Attempt;
 use crate::provider::sse::SseEvent;
 use crate::provider::{ChatResponse, FinishReason, ProviderError, StreamSink, Usage};
@@ -298,24 +298,7 @@ impl StreamAnswer {
     pub fn finish(self, interruption: Option<ProviderError>) -> Attempt {
         let streamed = self.streamed;
         let complete_answer = self.done || self.finish_reason.is_some();
-        let error = self.error.clone().or_else(|| {
-            if self.chunks == 0 {
-                Some(interruption.clone().unwrap_or_else(|| ProviderError {
-                    status: Some(200),
-                    retryable: true,
-                    message: "the model provider ended the stream without an answer".into(),
-                }))
-            } else if complete_answer {
-                // Everything needed arrived; a late hiccup loses nothing.
-                None
-            } else {
-                Some(interruption.clone().unwrap_or_else(|| ProviderError {
-                    status: Some(200),
-                    retryable: true,
-                    message: "the model provider ended the stream before the answer was complete".into(),
-                }))
-            }
-        });
+        let error = self.error.clone().or_else(|| stream_end_error(self.chunks > 0, complete_answer, interruption));
         if let Some(error) = error {
             // The partial text is kept: it is what the user already saw.
             let content = (!self.text.is_empty()).then_some(self.text);
