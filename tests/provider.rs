@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chitin::provider::{ChatRequest, ChatResponse, FinishReason, OpenAiOptions, OpenAiProvider, Provider, RetryPolicy, StreamSink};
+use chitin::provider::{Anthropic, AnthropicProvider, ChatRequest, ChatResponse, FinishReason, OpenAiOptions, OpenAiProvider, Provider, RetryPolicy, StreamSink};
 use chitin::session::Message;
 use chitin::testing::{MockLlm, MockReply, Script};
 use serde_json::json;
@@ -290,6 +290,39 @@ async fn a_stream_broken_after_text_is_not_retried() {
 async fn a_broken_plain_answer_is_retried() {
     let mock = MockLlm::start([MockReply::Truncated("Half an answer".into()), MockReply::text("second try")]);
     let response = provider(&mock).chat(&request(), None).await;
+    assert_eq!(response.content.as_deref(), Some("second try"));
+    assert_eq!(mock.request_count(), 2);
+}
+
+/// The same mock, spoken to as the Anthropic Messages API.
+fn anthropic(mock: &MockLlm, stream: bool) -> AnthropicProvider {
+    let options = OpenAiOptions {
+        base_url: mock.base_url(),
+        api_key: Some("sk-ant-test".into()),
+        request_timeout: Duration::from_secs(10),
+        retry: RetryPolicy::fast(),
+        stream,
+    };
+    AnthropicProvider::anthropic(Anthropic::default(), options).expect("provider")
+}
+
+#[tokio::test]
+async fn a_broken_anthropic_answer_is_rendered_in_its_own_shape() {
+    // Streamed: the partial text reached the user through Anthropic's
+    // `text_delta` events, so the turn is not retried.
+    let mock = MockLlm::start([MockReply::Truncated("Half an answer".into()), MockReply::text("second try")]);
+    let (sink, seen) = recorder();
+    let response = anthropic(&mock, true).chat(&request(), Some(sink)).await;
+    let message = error_message(&response);
+    assert!(!message.contains("attempts"), "{message}");
+    assert_eq!(seen.lock().unwrap().concat(), "Half an answer", "the deltas were Anthropic events the client read");
+    assert_eq!(response.content.as_deref(), Some("Half an answer"));
+    assert_eq!(mock.request_count(), 1);
+    assert!(mock.requests()[0]["system"].is_array(), "the request was an Anthropic one");
+
+    // Plain: half a Messages body does not parse, and is retried.
+    let mock = MockLlm::start([MockReply::Truncated("Half an answer".into()), MockReply::text("second try")]);
+    let response = anthropic(&mock, false).chat(&request(), None).await;
     assert_eq!(response.content.as_deref(), Some("second try"));
     assert_eq!(mock.request_count(), 2);
 }

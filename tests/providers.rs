@@ -241,3 +241,38 @@ async fn a_500_storm_falls_back_to_the_next_model_and_status_says_so() {
     assert!(t.ask("hi").await.contains("bad request shape"));
     assert_eq!(backup.request_count(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fallback_with_a_smaller_context_window_governs_the_rest_of_the_run() {
+    use chitin::provider::{FallbackEntry, FallbackProvider, ModelHandle, OpenAiOptions, OpenAiProvider, RetryPolicy};
+    use std::sync::Arc;
+    // ~3 500 tokens of file (under the tool-result cap, so it is sent
+    // inline): far inside the main model's window, over a 6 000-token
+    // fallback's input budget once the system prompt and tools are added.
+    let big: String = (0..560).map(|i| format!("line {i:03} of the big file\n")).collect();
+    let second_request = |context_window: usize| {
+        let big = big.clone();
+        async move {
+            let storm = MockLlm::start(chitin::testing::Script::default().or_else(MockReply::api_error(500, "upstream down")));
+            let backup = MockLlm::start(vec![MockReply::tool_call("read_file", "{\"path\": \"big.txt\"}"), MockReply::text("Read it.")]);
+            let options = |url: String| OpenAiOptions { retry: RetryPolicy::fast(), stream: false, ..OpenAiOptions::new(url) };
+            let handle = ModelHandle { provider: "backup".into(), model: "backup-model".into(), context_window, max_output_tokens: 1024 };
+            let provider = FallbackProvider::new(
+                Arc::new(OpenAiProvider::new(options(storm.base_url())).unwrap()),
+                "mock/mock-model",
+                vec![FallbackEntry { handle, provider: Arc::new(OpenAiProvider::new(options(backup.base_url())).unwrap()) }],
+            );
+            let t = TestAgent::with_provider(storm, Arc::new(provider));
+            std::fs::write(t.workspace().join("big.txt"), &big).unwrap();
+            assert_eq!(t.ask("read big.txt").await, "Read it.");
+            assert_eq!(backup.request_count(), 2);
+            backup.requests()[1].to_string()
+        }
+    };
+    let roomy = second_request(200_000).await;
+    assert!(roomy.contains("line 559 of the big file"), "a roomy fallback gets the result as the main model would");
+    assert!(!roomy.contains("compacted to fit the context window"));
+    let tight = second_request(6_000).await;
+    assert!(tight.contains("compacted to fit the context window"), "the fallback's own window governed the request: {}", &tight[..tight.len().min(2000)]);
+    assert!(!tight.contains("line 559 of the big file"));
+}

@@ -133,7 +133,7 @@ impl App {
             let handle = ModelHandle {
                 provider: provider_name,
                 model: entry.model.clone(),
-                context_window: agent.context_window,
+                context_window: entry.context_window.unwrap_or(agent.context_window),
                 max_output_tokens: entry.max_tokens.unwrap_or(agent.max_tokens),
             };
             fallbacks.push(FallbackEntry { handle, provider });

@@ -376,6 +376,11 @@ pub struct FallbackModel {
     /// Completion token cap for this model, when below `[agent] max_tokens`.
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// This model's context window in tokens; unset means
+    /// `[agent] context_window`. Compaction and the prompt budget use it
+    /// while this model answers.
+    #[serde(default)]
+    pub context_window: Option<usize>,
 }
 
 /// `[agent.subagents]`: what a subagent (the `spawn` tool) may do.
@@ -431,6 +436,16 @@ impl Default for AgentConfig {
 }
 
 impl AgentConfig {
+    /// The configured model with its limits, as a run takes it.
+    pub fn model_handle(&self) -> crate::provider::ModelHandle {
+        crate::provider::ModelHandle {
+            provider: self.provider.clone(),
+            model: self.model.clone(),
+            context_window: self.context_window,
+            max_output_tokens: self.max_tokens,
+        }
+    }
+
     /// [`AgentConfig::max_tool_args_kb`] in bytes (at least 1 KiB, so a
     /// zero does not refuse every call).
     pub fn max_tool_args_bytes(&self) -> usize {

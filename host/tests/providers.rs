@@ -124,6 +124,21 @@ fn fallback_models_from_the_config_take_over_when_the_main_one_is_down() {
     assert!(stderr(&out).contains("falling back") && stderr(&out).contains("backup/backup-model"), "the switch is logged: {}", stderr(&out));
     assert_eq!(backup.requests()[0]["model"], "backup-model");
 
+    // `status` lists the fallbacks in order, each with its own limits and provider.
+    let config = format!(
+        "[agent]\nprovider = \"main\"\nmodel = \"main-model\"\ncontext_window = 64000\nfallback_models = [\
+         {{ provider = \"backup\", model = \"backup-model\", context_window = 8000, max_tokens = 512 }}, {{ model = \"main-mini\" }}]\n\
+         [providers.main]\nbase_url = \"http://127.0.0.1:1/v1\"\n[providers.backup]\nbase_url = \"{}\"\n",
+        backup.base_url()
+    );
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let out = run(chitin(home.path(), &["status"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status = stdout(&out);
+    let first = status.lines().position(|l| l.starts_with("fallback 1: backup/backup-model (context 8000 tokens, max 512 completion tokens) on backup → ")).expect(&status);
+    let second = status.lines().position(|l| l.starts_with("fallback 2: main/main-mini (context 64000 tokens,") && l.contains("on main → http://127.0.0.1:1/v1")).expect(&status);
+    assert!(first < second, "{status}");
+
     // A fallback naming no provider table is refused at start.
     std::fs::write(home.path().join("config.toml"), "[agent]\nfallback_models = [{ provider = \"nope\", model = \"m\" }]\n[providers.openai]\nbase_url = \"http://127.0.0.1:1/v1\"\n").unwrap();
     let out = run(chitin(home.path(), &["agent", "-m", "hello"]));

@@ -236,13 +236,11 @@ impl SubagentManager {
         AgentRunSpec {
             initial_messages: vec![Message::system(system_prompt(&self.workspace, &names)), Message::user(task)],
             tools: self.tools.clone(),
-            model: s.model.clone(),
+            model: s.model_handle(),
             max_iterations: s.max_iterations,
             max_tool_result_chars: s.max_tool_result_chars,
             max_tool_args_bytes: s.max_tool_args_bytes(),
-            max_tokens: s.max_tokens,
             temperature: s.temperature,
-            context_window: s.context_window,
             llm_timeout: std::time::Duration::from_secs(s.llm_timeout_secs.max(1)),
             workspace: self.workspace.clone(),
             // Its own key: a `message` it may be given goes to the origin

@@ -17,16 +17,19 @@ pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     outln!("workspace:  {}", app.workspace.root().display())?;
     let agent = &app.config.agent;
     outln!("model:      {} (context {} tokens, max {} completion tokens)", agent.model, agent.context_window, agent.max_tokens)?;
-    match app.config.provider() {
-        Ok((name, provider)) => {
-            let key = match provider.check(&name) {
-                Ok(Some(_)) => "set".to_string(),
-                Ok(None) => "none".to_string(),
-                Err(e) => format!("MISSING — {e}"),
-            };
-            outln!("provider:   {name} → {} (api {}, api key: {key})", provider.endpoint(), provider.api.as_str())?;
-        }
-        Err(e) => outln!("provider:   NOT CONFIGURED — {e}")?,
+    outln!("provider:   {}", provider_line(app.config.provider()))?;
+    // In the order they are tried when the model above is down.
+    for (i, fallback) in agent.fallback_models.iter().enumerate() {
+        let name = fallback.provider.as_deref().unwrap_or(&agent.provider);
+        let context = fallback.context_window.unwrap_or(agent.context_window);
+        let max_tokens = fallback.max_tokens.unwrap_or(agent.max_tokens);
+        outln!(
+            "fallback {}: {}/{} (context {context} tokens, max {max_tokens} completion tokens) on {}",
+            i + 1,
+            shown(name, 64, "provider"),
+            shown(&fallback.model, 128, "model"),
+            provider_line(app.config.provider_named(name, "agent.fallback_models"))
+        )?;
     }
     let gateway = &app.config.gateway;
     let auth = match gateway.auth() {
@@ -80,4 +83,19 @@ pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
         outln!("  {line}")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `name → endpoint (api, api key: …)`, or why the provider is unusable.
+fn provider_line(provider: Result<(String, chitin::config::ProviderConfig), chitin::config::ConfigError>) -> String {
+    match provider {
+        Ok((name, provider)) => {
+            let key = match provider.check(&name) {
+                Ok(Some(_)) => "set".to_string(),
+                Ok(None) => "none".to_string(),
+                Err(e) => format!("MISSING — {e}"),
+            };
+            for_terminal(&format!("{name} → {} (api {}, api key: {key})", provider.endpoint(), provider.api.as_str())).into_owned()
+        }
+        Err(e) => for_terminal(&format!("NOT CONFIGURED — {e}")).into_owned(),
+    }
 }

@@ -1,6 +1,6 @@
 //! The OpenAI chat-completions wire format as the gateway speaks it: the
-//! request it accepts (validated by hand, so a 400 names the field, which
-//! serde's messages do not do reliably for untagged content), and the
+//! request it accepts (`provider::openai::wire::ServedRequest`, with a walk
+//! over the JSON when it does not parse, so a 400 names the field), and the
 //! `chat.completion`, `chat.completion.chunk`, model list and error bodies
 //! it writes (the completion and chunk shapes are the provider's own,
 //! `provider::openai::wire`, shared with the test mock). No I/O here:
@@ -8,6 +8,7 @@
 
 use serde_json::{Value, json};
 
+use crate::provider::openai::wire::{ServedContent, ServedMessage, ServedRequest};
 use crate::session::Message;
 use crate::tools::json_kind;
 
@@ -62,37 +63,23 @@ pub struct ChatRequest {
     pub user: Option<String>,
 }
 
-/// Parses and validates a request body.
+/// Parses and validates a request body. The shape is the shared
+/// [`ServedRequest`]; when it does not parse, [`diagnose`] walks the JSON to
+/// name the field at fault, which serde's messages do not do reliably for
+/// untagged content.
 pub fn parse_chat_request(body: &[u8]) -> Result<ChatRequest, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::new(400, "invalid_request_error", Some("invalid_json"), format!("the request body is not valid JSON: {e}")))?;
-    let object = value.as_object().ok_or_else(|| ApiError::new(400, "invalid_request_error", Some("invalid_json"), "the request body must be a JSON object"))?;
-    let messages = match object.get("messages") {
-        None | Some(Value::Null) => return Err(ApiError::invalid("messages", "missing required field `messages`")),
-        Some(Value::Array(messages)) => messages,
-        Some(other) => return Err(ApiError::invalid("messages", format!("`messages` must be an array, not {}", json_kind(other)))),
+    let request: ServedRequest<Option<Vec<ServedMessage>>> = match serde_json::from_slice(body) {
+        Ok(request) => request,
+        Err(e) => return Err(diagnose(body).unwrap_or_else(|| ApiError::new(400, "invalid_request_error", None, format!("the request body is not a valid chat completion request: {e}")))),
     };
-    let stream = optional_bool(object.get("stream"), "stream")?;
-    let include_usage = match object.get("stream_options") {
-        None | Some(Value::Null) => false,
-        Some(Value::Object(options)) => optional_bool(options.get("include_usage"), "stream_options.include_usage")?,
-        Some(other) => return Err(ApiError::invalid("stream_options", format!("`stream_options` must be an object, not {}", json_kind(other)))),
-    };
-    let user = match object.get("user") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(user)) => Some(user.clone()).filter(|u| !u.is_empty()),
-        Some(other) => return Err(ApiError::invalid("user", format!("`user` must be a string, not {}", json_kind(other)))),
+    let include_usage = request.include_usage();
+    let Some(messages) = request.messages else {
+        return Err(ApiError::invalid("messages", "missing required field `messages`"));
     };
     let mut turns = Vec::with_capacity(messages.len());
-    for (i, message) in messages.iter().enumerate() {
-        let field = format!("messages[{i}]");
-        let message = message.as_object().ok_or_else(|| ApiError::invalid(&field, format!("`{field}` must be an object, not {}", json_kind(message))))?;
-        let role = match message.get("role") {
-            Some(Value::String(role)) => role.as_str(),
-            None => return Err(ApiError::invalid(format!("{field}.role"), format!("missing required field `{field}.role`"))),
-            Some(other) => return Err(ApiError::invalid(format!("{field}.role"), format!("`{field}.role` must be a string, not {}", json_kind(other)))),
-        };
-        let text = content_text(message.get("content"), &format!("{field}.content"))?;
-        turns.push((role.to_string(), text));
+    for (i, message) in messages.into_iter().enumerate() {
+        let text = content_text(message.content, &format!("messages[{i}].content"))?;
+        turns.push((message.role, text));
     }
     let Some((role, content)) = turns.pop() else {
         return Err(ApiError::invalid("messages", "`messages` must not be empty"));
@@ -108,36 +95,101 @@ pub fn parse_chat_request(body: &[u8]) -> Result<ChatRequest, ApiError> {
             _ => None,
         })
         .collect();
-    Ok(ChatRequest { content, history, stream, include_usage, user })
+    Ok(ChatRequest { content, history, stream: request.stream, include_usage, user: request.user.filter(|u| !u.is_empty()) })
 }
 
-fn optional_bool(value: Option<&Value>, field: &str) -> Result<bool, ApiError> {
+/// The error of a body that does not parse as a [`ServedRequest`], naming
+/// the field; `None` when the walk finds nothing wrong.
+fn diagnose(body: &[u8]) -> Option<ApiError> {
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(e) => return Some(ApiError::new(400, "invalid_request_error", Some("invalid_json"), format!("the request body is not valid JSON: {e}"))),
+    };
+    let Some(object) = value.as_object() else {
+        return Some(ApiError::new(400, "invalid_request_error", Some("invalid_json"), "the request body must be a JSON object"));
+    };
+    let check = || -> Result<(), ApiError> {
+        match object.get("messages") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(messages)) => {
+                for (i, message) in messages.iter().enumerate() {
+                    let field = format!("messages[{i}]");
+                    let message = message.as_object().ok_or_else(|| ApiError::invalid(&field, format!("`{field}` must be an object, not {}", json_kind(message))))?;
+                    match message.get("role") {
+                        Some(Value::String(_)) => {}
+                        None => return Err(ApiError::invalid(format!("{field}.role"), format!("missing required field `{field}.role`"))),
+                        Some(other) => return Err(ApiError::invalid(format!("{field}.role"), format!("`{field}.role` must be a string, not {}", json_kind(other)))),
+                    }
+                    content_shape(message.get("content"), &format!("{field}.content"))?;
+                }
+            }
+            Some(other) => return Err(ApiError::invalid("messages", format!("`messages` must be an array, not {}", json_kind(other)))),
+        }
+        optional_bool(object.get("stream"), "stream")?;
+        match object.get("stream_options") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(options)) => optional_bool(options.get("include_usage"), "stream_options.include_usage")?,
+            Some(other) => return Err(ApiError::invalid("stream_options", format!("`stream_options` must be an object, not {}", json_kind(other)))),
+        }
+        match object.get("user") {
+            None | Some(Value::Null) | Some(Value::String(_)) => {}
+            Some(other) => return Err(ApiError::invalid("user", format!("`user` must be a string, not {}", json_kind(other)))),
+        }
+        match object.get("model") {
+            None | Some(Value::Null) | Some(Value::String(_)) => Ok(()),
+            Some(other) => Err(ApiError::invalid("model", format!("`model` must be a string, not {}", json_kind(other)))),
+        }
+    };
+    check().err()
+}
+
+fn optional_bool(value: Option<&Value>, field: &str) -> Result<(), ApiError> {
     match value {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
+        None | Some(Value::Null) | Some(Value::Bool(_)) => Ok(()),
         Some(other) => Err(ApiError::invalid(field, format!("`{field}` must be a boolean, not {}", json_kind(other)))),
+    }
+}
+
+/// Names what is wrong with a `content` that did not parse.
+fn content_shape(content: Option<&Value>, field: &str) -> Result<(), ApiError> {
+    match content {
+        None | Some(Value::Null) | Some(Value::String(_)) => Ok(()),
+        Some(Value::Array(parts)) => {
+            for (i, part) in parts.iter().enumerate() {
+                let Some(part) = part.as_object() else {
+                    return Err(ApiError::invalid(format!("{field}[{i}]"), format!("`{field}[{i}]` must be an object, not {}", json_kind(part))));
+                };
+                if !matches!(part.get("type"), None | Some(Value::String(_))) {
+                    return Err(ApiError::invalid(format!("{field}[{i}].type"), format!("`{field}[{i}].type` must be a string")));
+                }
+                if !matches!(part.get("text"), None | Some(Value::Null) | Some(Value::String(_))) {
+                    return Err(ApiError::invalid(format!("{field}[{i}].text"), format!("`{field}[{i}].text` must be a string")));
+                }
+            }
+            Ok(())
+        }
+        Some(other) => Err(ApiError::invalid(field, format!("`{field}` must be a string or an array of content parts, not {}", json_kind(other)))),
     }
 }
 
 /// A message's text: a string, or the `text` parts of an array (other
 /// parts, such as images, are not supported yet and are skipped).
-fn content_text(content: Option<&Value>, field: &str) -> Result<String, ApiError> {
+fn content_text(content: Option<ServedContent>, field: &str) -> Result<String, ApiError> {
     match content {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(text)) => Ok(text.clone()),
-        Some(Value::Array(parts)) => {
+        None => Ok(String::new()),
+        Some(ServedContent::Text(text)) => Ok(text),
+        Some(ServedContent::Parts(parts)) => {
             let mut text = String::new();
-            for (i, part) in parts.iter().enumerate() {
-                if part.get("type").and_then(Value::as_str) == Some("text") {
-                    match part.get("text") {
-                        Some(Value::String(t)) => text.push_str(t),
-                        _ => return Err(ApiError::invalid(format!("{field}[{i}].text"), format!("`{field}[{i}].text` must be a string"))),
+            for (i, part) in parts.into_iter().enumerate() {
+                if part.kind == "text" {
+                    match part.text {
+                        Some(t) => text.push_str(&t),
+                        None => return Err(ApiError::invalid(format!("{field}[{i}].text"), format!("`{field}[{i}].text` must be a string"))),
                     }
                 }
             }
             Ok(text)
         }
-        Some(other) => Err(ApiError::invalid(field, format!("`{field}` must be a string or an array of content parts, not {}", json_kind(other)))),
     }
 }
 
@@ -198,6 +250,22 @@ mod tests {
         assert_eq!(err(r#"{"messages": [{"role": "assistant", "content": "x"}]}"#).param.as_deref(), Some("messages[0].role"));
         assert_eq!(err(r#"{"messages": []}"#).param.as_deref(), Some("messages"));
         assert_eq!(err(r#"{"messages": [{"role": "user", "content": "x"}], "user": 1}"#).param.as_deref(), Some("user"));
+        assert_eq!(err(r#"{"messages": [{"role": "user", "content": "x"}], "model": 1}"#).param.as_deref(), Some("model"));
+        assert_eq!(err(r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]}"#).param.as_deref(), Some("messages[0].content[0].text"));
+        assert_eq!(err(r#"{"messages": [{"role": "user", "content": [{"type": "text"}]}]}"#).param.as_deref(), Some("messages[0].content[0].text"));
+        assert_eq!(err(r#"{"messages": [{"role": "user", "content": ["x"]}]}"#).param.as_deref(), Some("messages[0].content[0]"));
+        assert!(err(r#"{"messages": null}"#).message.contains("missing required field"));
+        assert_eq!(err("[1]").code, Some("invalid_json"));
+    }
+
+    #[test]
+    fn nulls_read_as_absent() {
+        let body = r#"{"messages": [{"role": "user", "content": "hi"}], "stream": null, "stream_options": null, "user": null, "model": null}"#;
+        let request = parse_chat_request(body.as_bytes()).unwrap();
+        assert!(!request.stream && !request.include_usage && request.user.is_none());
+        let body = r#"{"messages": [{"role": "user", "content": "hi"}], "stream": true, "stream_options": {"include_usage": null}, "user": ""}"#;
+        let request = parse_chat_request(body.as_bytes()).unwrap();
+        assert!(request.stream && !request.include_usage && request.user.is_none());
     }
 
     #[test]

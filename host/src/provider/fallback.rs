@@ -76,6 +76,7 @@ impl Provider for FallbackProvider {
             request.max_tokens = request.max_tokens.min(entry.handle.max_output_tokens);
             let before = response.error.take();
             response = entry.provider.chat(&request, stream.clone()).await;
+            response.answered_by = Some(entry.handle.clone());
             if let (Some(error), Some(before)) = (response.error.as_mut(), before) {
                 // Every failure is worth reading when all of them failed.
                 error.message = format!("{} (after {failed} failed: {})", error.message, before.message);

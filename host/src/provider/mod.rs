@@ -124,6 +124,10 @@ pub struct ChatResponse {
     /// blocks with their signatures). Kept in history metadata
     /// ([`THINKING_BLOCKS`]); only the provider that produced them reads them.
     pub replay: Vec<Value>,
+    /// Set when a fallback model answered instead of the configured one
+    /// (`provider::fallback`): its limits, which the runner's governance
+    /// keeps to for the rest of the run.
+    pub answered_by: Option<ModelHandle>,
 }
 
 /// History metadata of an assistant message: the reasoning text the model

@@ -25,6 +25,8 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
+
+use crate::provider::openai::wire::ServedRequest;
 use futures::StreamExt as _;
 
 /// The reply used once the script is exhausted, unless another is set.
@@ -67,7 +69,8 @@ pub enum MockReply {
     /// This raw body with status 200 and the `text/event-stream` type.
     RawSse(String),
     /// Sends the text (as deltas when streaming, as the start of a JSON body
-    /// otherwise), then breaks the connection before the answer ends.
+    /// otherwise) in the API the request came in, then breaks the
+    /// connection before the answer ends.
     Truncated(String),
     /// The reply, with the model's reasoning before it: OpenAI-compatible
     /// `reasoning_content`, or an Anthropic `thinking` block with a
@@ -373,7 +376,7 @@ async fn respond(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Resp
         Ok(body) => body.to_bytes(),
         Err(_) => return Ok(full(StatusCode::BAD_REQUEST, "text/plain", "unreadable request body")),
     };
-    let head = RequestHead::of(&body);
+    let head = request_head(&body);
     let (index, scripted) = {
         let mut log = lock(&shared.log);
         log.0.push(body.clone());
@@ -392,31 +395,20 @@ async fn respond(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Resp
     Ok(reply_response(&shared, reply, &head, &body, index, anthropic).await)
 }
 
-/// The request fields the reply depends on, read without building a
-/// `Value` of the whole body.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(default)]
-struct RequestHead {
-    model: Option<String>,
-    stream: bool,
-    stream_options: StreamOptions,
+/// The request fields the reply depends on: the OpenAI request as servers
+/// read it (`provider::openai::wire`), with the messages skipped, so the
+/// whole body never becomes a `Value`. An Anthropic request has the same
+/// `model` and `stream`.
+type RequestHead = ServedRequest<serde::de::IgnoredAny>;
+
+/// The head of `body`; defaults when the body is not such a JSON object.
+fn request_head(body: &[u8]) -> RequestHead {
+    serde_json::from_slice(body).unwrap_or_default()
 }
 
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(default)]
-struct StreamOptions {
-    include_usage: bool,
-}
-
-impl RequestHead {
-    /// The head of `body`; defaults when the body is not such a JSON object.
-    fn of(body: &[u8]) -> RequestHead {
-        serde_json::from_slice(body).unwrap_or_default()
-    }
-
-    fn model(&self) -> &str {
-        self.model.as_deref().unwrap_or("mock")
-    }
+/// The model the request named, or `mock`.
+fn model_of(request: &RequestHead) -> &str {
+    request.model.as_deref().unwrap_or("mock")
 }
 
 /// A request body as JSON; one that is not JSON becomes a JSON string.
@@ -464,14 +456,14 @@ async fn reply_response(shared: &Shared, reply: MockReply, request: &RequestHead
         MockReply::Malformed(body) => return full(StatusCode::OK, "application/json", body),
         MockReply::Raw(body) => return full(StatusCode::OK, "application/json", body.to_string()),
         MockReply::RawSse(body) => return full(StatusCode::OK, "text/event-stream", body),
-        MockReply::Truncated(text) => return truncated(&text, request, index, stream),
+        MockReply::Truncated(text) => return truncated(&text, request, index, stream, anthropic),
         // Unwrapped above.
         MockReply::Thinking(..) => Answer { content: None, calls: Vec::new(), finish: "stop" },
     };
     if anthropic {
         return anthropic_response(shared, &answer, thinking.as_deref(), request, body, index).await;
     }
-    let model = request.model();
+    let model = model_of(request);
     let id = format!("chatcmpl-mock-{index}");
     let mut usage = usage(request_len, &answer);
     if shared.openai_cache.load(Ordering::Relaxed) {
@@ -480,7 +472,7 @@ async fn reply_response(shared: &Shared, reply: MockReply, request: &RequestHead
         usage["prompt_tokens_details"] = json!({"cached_tokens": cache.read.min(usage["prompt_tokens"].as_u64().unwrap_or(0))});
     }
     if stream {
-        let include_usage = request.stream_options.include_usage;
+        let include_usage = request.include_usage();
         let pieces = *lock(&shared.stream_pieces);
         let events = sse_events(&answer, thinking.as_deref(), &id, model, include_usage.then_some(usage), pieces);
         return paced(shared, events);
@@ -523,7 +515,7 @@ async fn anthropic_response(shared: &Shared, answer: &Answer, thinking: Option<&
     let id = format!("msg_mock_{index}");
     let rendered = super::mock_anthropic::Rendered {
         id: &id,
-        model: request.model(),
+        model: model_of(request),
         thinking,
         content: answer.content.as_deref(),
         calls: &answer.calls,
@@ -618,19 +610,41 @@ fn sse_events(answer: &Answer, thinking: Option<&str>, id: &str, model: &str, us
     events
 }
 
-/// Sends the start of an answer, then fails the body, which makes hyper
-/// drop the connection mid-response.
-fn truncated(text: &str, request: &RequestHead, index: usize, stream: bool) -> Response<Body> {
-    let model = request.model();
-    let id = format!("chatcmpl-mock-{index}");
-    let start: Vec<Bytes> = if stream {
-        let mut events = vec![event(&chunk(&id, model, json!({"role": "assistant", "content": ""}), None))];
-        events.extend(split(text, 3).into_iter().map(|piece| event(&chunk(&id, model, json!({"content": piece}), None))));
-        events
+/// Sends the start of an answer, in the API the request came in, then
+/// fails the body, which makes hyper drop the connection mid-response.
+fn truncated(text: &str, request: &RequestHead, index: usize, stream: bool, anthropic: bool) -> Response<Body> {
+    let model = model_of(request);
+    let start: Vec<Bytes> = if anthropic {
+        let id = format!("msg_mock_{index}");
+        let rendered = super::mock_anthropic::Rendered {
+            id: &id,
+            model,
+            thinking: None,
+            content: Some(text),
+            calls: &[],
+            finish: "stop",
+            output_tokens: (text.len() as u64 / 4).max(1),
+            cache: Default::default(),
+        };
+        if stream {
+            // Everything up to the text block's last delta: the block, the
+            // message and the stream never end.
+            let mut events = super::mock_anthropic::stream_events(&rendered, 3, split);
+            let stop = events.iter().position(|e| e.starts_with(b"event: content_block_stop")).unwrap_or(events.len());
+            events.truncate(stop);
+            events
+        } else {
+            cut_in_half(super::mock_anthropic::message(&rendered).to_string())
+        }
     } else {
-        let prefix = json!({"id": id, "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}).to_string();
-        // Cut inside the JSON, so the body cannot parse.
-        vec![Bytes::from(prefix[..prefix.len() / 2].to_string())]
+        let id = format!("chatcmpl-mock-{index}");
+        if stream {
+            let mut events = vec![event(&chunk(&id, model, json!({"role": "assistant", "content": ""}), None))];
+            events.extend(split(text, 3).into_iter().map(|piece| event(&chunk(&id, model, json!({"content": piece}), None))));
+            events
+        } else {
+            cut_in_half(json!({"id": id, "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}).to_string())
+        }
     };
     let frames = futures::stream::iter(start.into_iter().map(|b| Ok(Frame::data(b))));
     // The pause lets hyper flush what was sent before the error ends the
@@ -641,6 +655,15 @@ fn truncated(text: &str, request: &RequestHead, index: usize, stream: bool) -> R
     });
     let body = StreamBody::new(futures::StreamExt::chain(frames, failure)).boxed_unsync();
     if stream { sse_response(body) } else { full_stream(body) }
+}
+
+/// The first half of a JSON body: cut inside the JSON, so it cannot parse.
+fn cut_in_half(body: String) -> Vec<Bytes> {
+    let mut cut = body.len() / 2;
+    while !body.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    vec![Bytes::from(body[..cut].to_string())]
 }
 
 fn full_stream(body: Body) -> Response<Body> {

@@ -84,7 +84,7 @@ impl AgentRunner {
             guards: Guards::default(),
             had_injections: false,
             injection_cycles: 0,
-            budget: input_budget(spec.context_window, spec.max_tokens),
+            budget: input_budget(spec.model.context_window, spec.model.max_output_tokens),
         };
         // When the prompt may be near the budget this counts the starting
         // messages on the originals, which remember their counts: the copies
@@ -176,7 +176,7 @@ impl AgentRunner {
             registry.spec(name).is_some_and(|s| s.read_only)
         });
         messages.extend(extra.iter().cloned());
-        let request = ChatRequest { model: spec.model.clone(), messages, tools, max_tokens: spec.max_tokens, temperature: spec.temperature };
+        let request = ChatRequest { model: spec.model.model.clone(), messages, tools, max_tokens: spec.model.max_output_tokens, temperature: spec.temperature };
         let response = match tokio::time::timeout(spec.llm_timeout, self.provider.chat(&request, deltas(spec))).await {
             Ok(response) => response,
             Err(_) => ChatResponse::failed(ProviderError {
@@ -186,6 +186,16 @@ impl AgentRunner {
             }),
         };
         run.usage += response.usage;
+        if let Some(handle) = &response.answered_by {
+            // The fallback may have a smaller window: the next requests of
+            // this run are governed to it (the primary is tried first again,
+            // so the budget is the smaller of the two).
+            let budget = input_budget(handle.context_window, handle.max_output_tokens.min(spec.model.max_output_tokens));
+            if budget < run.budget {
+                tracing::info!(model = %handle.label(), budget, "a fallback model with a smaller context window answered; the run keeps within it");
+                run.budget = budget;
+            }
+        }
         response
     }
 

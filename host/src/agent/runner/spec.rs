@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::plugins::CallContext;
 use crate::agent::sink::TurnSink;
-use crate::provider::Usage;
+use crate::provider::{ModelHandle, Usage};
 use crate::session::{Message, ToolCall};
 use crate::tools::ToolRegistry;
 
@@ -21,8 +21,11 @@ pub struct AgentRunSpec {
     pub initial_messages: Vec<Message>,
     /// The tools the model may call.
     pub tools: ToolRegistry,
-    /// Model name.
-    pub model: String,
+    /// The model that answers, with its context window and completion
+    /// token cap. When a fallback model answers instead
+    /// ([`ChatResponse::answered_by`](crate::provider::ChatResponse::answered_by)),
+    /// the rest of the run keeps within the smaller of the two windows.
+    pub model: ModelHandle,
     /// Model requests with tools before the run is cut short.
     pub max_iterations: usize,
     /// Tool results longer than this are saved to the workspace and replaced
@@ -32,12 +35,8 @@ pub struct AgentRunSpec {
     /// result is an error asking for smaller calls, and the assistant
     /// message keeps only a bounded form of the arguments.
     pub max_tool_args_bytes: usize,
-    /// Completion token cap per request.
-    pub max_tokens: u32,
     /// Sampling temperature.
     pub temperature: Option<f32>,
-    /// The model's context window, in tokens.
-    pub context_window: usize,
     /// Wall-clock limit of one model request.
     pub llm_timeout: Duration,
     /// Where oversized tool results are saved.

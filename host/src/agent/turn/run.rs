@@ -46,13 +46,11 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     let spec = AgentRunSpec {
         initial_messages: ctx.initial_messages.clone(),
         tools: ctx.tools(core),
-        model: core.settings.model.clone(),
+        model: core.settings.model_handle(),
         max_iterations: ctx.scope.max_iterations.unwrap_or(core.settings.max_iterations),
         max_tool_result_chars: core.settings.max_tool_result_chars,
         max_tool_args_bytes: core.settings.max_tool_args_bytes(),
-        max_tokens: core.settings.max_tokens,
         temperature: core.settings.temperature,
-        context_window: core.settings.context_window,
         llm_timeout: core.llm_timeout(),
         workspace: core.workspace.clone(),
         call_context: {
