@@ -102,7 +102,7 @@ pub struct RequestBody<'a> {
 #[derive(Serialize)]
 pub struct WireMessage<'a> {
     role: &'a Role,
-    content: &'a Option<String>,
+    content: WireContent<'a>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     tool_calls: &'a [ToolCall],
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,9 +111,36 @@ pub struct WireMessage<'a> {
     name: Option<&'a str>,
 }
 
+/// A message's content: its text, or, with images, a list of parts (the
+/// text first, then one `image_url` part with a `data:` URL per image).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum WireContent<'a> {
+    Text(&'a Option<String>),
+    Parts(Vec<Value>),
+}
+
+impl<'a> WireContent<'a> {
+    fn of(m: &'a Message) -> Self {
+        if m.images.is_empty() {
+            return WireContent::Text(&m.content);
+        }
+        let text = m.text();
+        let mut parts: Vec<Value> = Vec::with_capacity(m.images.len() + 1);
+        if !text.is_empty() {
+            parts.push(json!({"type": "text", "text": text}));
+        }
+        for image in &m.images {
+            let url = format!("data:{};base64,{}", image.media_type, image.base64);
+            parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
+        }
+        WireContent::Parts(parts)
+    }
+}
+
 impl<'a> From<&'a Message> for WireMessage<'a> {
     fn from(m: &'a Message) -> Self {
-        WireMessage { role: &m.role, content: &m.content, tool_calls: &m.tool_calls, tool_call_id: m.tool_call_id.as_deref(), name: m.name.as_deref() }
+        WireMessage { role: &m.role, content: WireContent::of(m), tool_calls: &m.tool_calls, tool_call_id: m.tool_call_id.as_deref(), name: m.name.as_deref() }
     }
 }
 
