@@ -31,6 +31,7 @@ fn provider(mock: &MockLlm, retry: RetryPolicy) -> Arc<dyn Provider> {
             request_timeout: Duration::from_secs(10),
             retry,
             stream: false,
+            vision: true,
         })
         .expect("provider"),
     )

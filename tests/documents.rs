@@ -176,7 +176,7 @@ async fn document_attachments_reach_the_model_as_text() {
     let broken = inbox.path().join("broken.pdf");
     std::fs::write(&broken, b"\x00\x01 not a pdf").unwrap();
     let image = inbox.path().join("photo.png");
-    std::fs::write(&image, b"\x89PNG\r\n").unwrap();
+    std::fs::write(&image, b"\x89PNG\r\n\x1a\n").unwrap();
 
     let mut message = InboundMessage::new("cli", "user", "test", "What do these say?");
     message.media = vec![pdf.clone(), docx.clone(), text.clone(), broken.clone(), image.clone(), inbox.path().join("gone.pdf")];
@@ -194,7 +194,10 @@ async fn document_attachments_reach_the_model_as_text() {
     assert!(user.contains("(text file), its text:]\nitem,qty\nmilk,2"), "{user}");
     assert!(user.contains(&format!("[attachment: {} — its text could not be extracted: broken.pdf is not a readable PDF", broken.display())), "{user}");
     assert!(user.contains("gone.pdf — its text could not be extracted: cannot open it"), "{user}");
-    assert!(!user.contains("photo.png"), "images keep their own path: {user}");
+    // Images keep their own path: not extracted as text; this one is not
+    // where the host stores downloads, so it is not read either.
+    assert!(!user.contains("photo.png (text"), "{user}");
+    assert!(user.contains(&format!("[image {} not shown: it is not in the media directory]", image.display())), "{user}");
     // Persisted with the text, so the next turn still has it.
     let stored = t.stored("cli:test");
     assert!(stored.messages[0].content.as_deref().unwrap_or_default().contains("PELICAN-42"));

@@ -20,6 +20,7 @@ fn provider_with(mock: &MockLlm, change: impl FnOnce(&mut OpenAiOptions)) -> Ope
         request_timeout: Duration::from_secs(10),
         retry: RetryPolicy::fast(),
         stream: true,
+        vision: true,
     };
     change(&mut options);
     OpenAiProvider::new(options).expect("provider")
@@ -366,6 +367,7 @@ async fn unreachable_server_is_a_connection_error() {
         request_timeout: Duration::from_secs(5),
         retry: RetryPolicy::fast(),
         stream: false,
+        vision: true,
     })
     .unwrap();
     let message = error_message(&provider.chat(&request(), None).await);

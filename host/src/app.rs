@@ -151,6 +151,7 @@ impl App {
             request_timeout: std::time::Duration::from_secs(self.config.agent.llm_timeout_secs.max(1)),
             retry: RetryPolicy::default(),
             stream: self.config.agent.stream,
+            vision: config.vision,
         };
         let cap = crate::provider::openai::response_cap(self.config.agent.max_tool_args_bytes());
         let setup = |e: crate::provider::ProviderSetupError| AppError::Provider { name: name.into(), message: e.to_string() };
@@ -200,6 +201,7 @@ impl App {
             active,
             services,
             dream: Arc::new(crate::agent::dream::Dream::new(agent.dream.clone(), self.workspace.clone(), self.data.root())),
+            media_root: self.data.root().join("media"),
         }
     }
 }

@@ -290,6 +290,9 @@ pub struct AgentConfig {
     /// KiB of text one non-image attachment (PDF, DOCX, text) adds to its
     /// message at most; the rest is cut with a note.
     pub max_attachment_kb: usize,
+    /// KiB an image attachment may have to be shown to the model; a bigger
+    /// one becomes a note in the message.
+    pub max_image_kb: usize,
     /// Sampling temperature; unset means the provider's default.
     pub temperature: Option<f32>,
     /// Seconds one model request may take.
@@ -419,6 +422,7 @@ impl Default for AgentConfig {
             max_tool_result_chars: 16_000,
             max_tool_args_kb: 1024,
             max_attachment_kb: 64,
+            max_image_kb: crate::agent::images::DEFAULT_MAX_IMAGE_KB,
             temperature: None,
             llm_timeout_secs: 300,
             max_concurrent_turns: 3,
@@ -501,6 +505,14 @@ pub struct ProviderConfig {
     /// tokens of budget (at least 1024, below `[agent] max_tokens`).
     #[serde(default)]
     pub thinking_budget: Option<u32>,
+    /// The models of this provider read images (default true); false sends
+    /// a text note in place of each image.
+    #[serde(default = "yes")]
+    pub vision: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Hosts whose API refuses every request without a key: a missing key
@@ -602,14 +614,14 @@ impl Config {
             }
             let base_url = base_url.unwrap_or_else(|| "https://api.openai.com/v1".into());
             let api_key = key.map(|_| "${OPENAI_API_KEY}".to_string());
-            return Ok((name.to_string(), ProviderConfig { base_url, api_key, api: ProviderApi::OpenAi, thinking_budget: None }));
+            return Ok((name.to_string(), ProviderConfig { base_url, api_key, api: ProviderApi::OpenAi, thinking_budget: None, vision: true }));
         }
         if self.providers.is_empty() && name == "anthropic" {
             if var("ANTHROPIC_API_KEY").is_none() {
                 return Err(ConfigError::NoProvider);
             }
             let base_url = var("ANTHROPIC_BASE_URL").unwrap_or_else(|| ANTHROPIC_BASE_URL.into());
-            return Ok((name.to_string(), ProviderConfig { base_url, api_key: Some("${ANTHROPIC_API_KEY}".into()), api: ProviderApi::Anthropic, thinking_budget: None }));
+            return Ok((name.to_string(), ProviderConfig { base_url, api_key: Some("${ANTHROPIC_API_KEY}".into()), api: ProviderApi::Anthropic, thinking_budget: None, vision: true }));
         }
         Err(ConfigError::MissingProvider { key, name: name.to_string(), known: self.providers.keys().cloned().collect::<Vec<_>>().join(", ") })
     }

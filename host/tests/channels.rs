@@ -1136,3 +1136,78 @@ fn a_file_swapped_for_a_link_after_the_check_is_not_sent() {
     assert!(!sent.concat().contains("OUTSIDE-SECRET") && !err.contains("OUTSIDE-SECRET"));
     assert!(err.contains("delivery failed, retrying"), "{err}");
 }
+
+/// The images of a request body as (media type, base64), in either API's
+/// shape: OpenAI `image_url` parts with a `data:` URL, Anthropic `image`
+/// blocks with a base64 source.
+fn image_parts(body: &serde_json::Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for message in body["messages"].as_array().into_iter().flatten() {
+        for part in message["content"].as_array().into_iter().flatten() {
+            match part["type"].as_str() {
+                Some("image_url") => {
+                    let url = part["image_url"]["url"].as_str().unwrap();
+                    let (head, data) = url.strip_prefix("data:").unwrap().split_once(";base64,").unwrap();
+                    out.push((head.to_string(), data.to_string()));
+                }
+                Some("image") => {
+                    assert_eq!(part["source"]["type"], "base64", "{part}");
+                    out.push((part["source"]["media_type"].as_str().unwrap().into(), part["source"]["data"].as_str().unwrap().into()));
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Issues 10 and 13: a photo from Telegram reaches the model as an image
+/// part of the user message, through both APIs, with the file's exact
+/// bytes; a "photo" whose bytes are not an image is not sent as one; an
+/// image over `max_image_kb` becomes a note; the session keeps the file's
+/// path, never its base64.
+#[test]
+fn telegram_photos_reach_the_model_as_images_through_both_apis() {
+    use base64::Engine as _;
+    for api in ["openai", "anthropic"] {
+        let tg_token = "888006:IMAGE-tg-distinctive";
+        let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+        let png: Vec<u8> = [&b"\x89PNG\r\n\x1a\n"[..], &b"small-png-body".repeat(20)].concat();
+        let photo = telegram.add_file("photos/file_1.png", png.clone());
+        let fake = telegram.add_file("photos/file_2.png", b"just some text, not an image".to_vec());
+        let big = telegram.add_file("photos/file_3.png", [&b"\x89PNG\r\n\x1a\n"[..], &[0u8; 2000]].concat());
+        let home = tempfile::tempdir().unwrap();
+        let ws = home.path().join("ws");
+        let mock = MockLlm::start(vec![MockReply::text("a small png"), MockReply::text("no image"), MockReply::text("too big")]);
+        let config = telegram_config(&ws, &telegram).replace("[agent]\n", "[agent]\nprovider = \"p\"\nmax_image_kb = 1\n")
+            + &format!("[providers.p]\napi = \"{api}\"\nbase_url = \"{}\"\napi_key = \"test-key\"\n", mock.base_url());
+        std::fs::write(home.path().join("config.toml"), config).unwrap();
+        let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+        telegram.push(chitin::testing::MockUpdate::photo(777, 555, photo).caption("what is this?"));
+        gw.wait_for("the first reply", || telegram.sent_messages().len() == 1);
+        telegram.push(chitin::testing::MockUpdate::photo(777, 555, fake).caption("and this?"));
+        gw.wait_for("the second reply", || telegram.sent_messages().len() == 2);
+        telegram.push(chitin::testing::MockUpdate::photo(777, 555, big).caption("and this big one?"));
+        gw.wait_for("the third reply", || telegram.sent_messages().len() == 3);
+        let err = gw.terminate();
+
+        let requests = mock.requests();
+        assert_eq!(requests.len(), 3, "{api}: {err}");
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&png);
+        assert_eq!(image_parts(&requests[0]), vec![("image/png".to_string(), encoded.clone())], "{api}: {}", requests[0]);
+        assert!(requests[0].to_string().contains("what is this?"), "{api}");
+        // Later turns show the earlier photo as a path, not again as bytes.
+        assert!(image_parts(&requests[1]).is_empty(), "{api}: not an image, so not sent as one: {}", requests[1]);
+        assert!(requests[1].to_string().contains("and this?"), "{api}");
+        assert!(image_parts(&requests[2]).is_empty(), "{api}: {}", requests[2]);
+        let third = requests[2].to_string();
+        assert!(third.contains("not shown: it is 2008 bytes, over the limit of 1024 bytes ([agent] max_image_kb)"), "{api}: {third}");
+
+        let sessions: String = std::fs::read_dir(home.path().join("sessions"))
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect();
+        assert!(sessions.contains("what is this?") && sessions.contains("media/telegram/"), "{api}: {sessions}");
+        assert!(!sessions.contains(&encoded[..40]) && !sessions.contains("base64"), "{api}: the session holds no image bytes");
+    }
+}

@@ -153,6 +153,7 @@ impl TestAgent {
             request_timeout: Duration::from_secs(10),
             retry: RetryPolicy::fast(),
             stream,
+            vision: true,
         };
         let provider: Arc<dyn Provider> = match api {
             _ if given.is_some() => given.expect("checked"),

@@ -202,6 +202,7 @@ impl ContextBuilder {
                 };
                 last.content = Some(joined);
                 last.meta = current.meta;
+                last.images = current.images;
             }
             _ => messages.push(current),
         }

@@ -45,6 +45,8 @@ pub struct AgentCore {
     /// Memory consolidation from the history archive (`/dream`, periodic
     /// in the gateway).
     pub dream: Arc<super::dream::Dream>,
+    /// `<data>/media`: the only place image attachments are read from.
+    pub media_root: std::path::PathBuf,
 }
 
 /// Archived history entries of a session shown in its system prompt.

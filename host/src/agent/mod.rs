@@ -19,6 +19,7 @@ pub mod context;
 pub mod dream;
 pub mod goals;
 pub mod heartbeat;
+pub mod images;
 pub mod core;
 pub mod pending;
 pub mod responder;

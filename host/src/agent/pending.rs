@@ -139,10 +139,10 @@ pub fn user_message(inbound: &InboundMessage) -> Message {
     message
 }
 
-/// Whether an attachment is shown to the model as an image (by extension).
+/// Whether an attachment is shown to the model as an image: by its magic
+/// bytes, never its name (a text file called `x.png` is a document).
 pub fn is_image(path: &std::path::Path) -> bool {
-    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
-    matches!(ext.as_deref(), Some("png" | "jpg" | "jpeg" | "gif" | "webp" | "bmp"))
+    crate::agent::images::is_image(path)
 }
 
 impl InjectionSource for PendingQueue {

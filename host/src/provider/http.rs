@@ -55,6 +55,9 @@ pub struct ProviderOptions {
     pub retry: RetryPolicy,
     /// Stream the answer when the caller passes a sink.
     pub stream: bool,
+    /// The model reads images; when false, each image of a request is
+    /// replaced by a text note (`[providers.<name>] vision = false`).
+    pub vision: bool,
 }
 
 impl Default for ProviderOptions {
@@ -65,6 +68,7 @@ impl Default for ProviderOptions {
             request_timeout: Duration::from_secs(300),
             retry: RetryPolicy::default(),
             stream: true,
+            vision: true,
         }
     }
 }
@@ -85,6 +89,7 @@ impl std::fmt::Debug for ProviderOptions {
             .field("request_timeout", &self.request_timeout)
             .field("retry", &self.retry)
             .field("stream", &self.stream)
+            .field("vision", &self.vision)
             .finish()
     }
 }
@@ -138,6 +143,7 @@ pub struct HttpProvider<W: Wire> {
     request_timeout: Duration,
     retry: RetryPolicy,
     stream: bool,
+    vision: bool,
     max_response_bytes: usize,
 }
 
@@ -169,6 +175,7 @@ impl<W: Wire> HttpProvider<W> {
             request_timeout: options.request_timeout,
             retry: options.retry,
             stream: options.stream,
+            vision: options.vision,
             max_response_bytes: MIN_MAX_RESPONSE_BYTES,
         })
     }
@@ -345,6 +352,13 @@ impl<W: Wire> HttpProvider<W> {
 impl<W: Wire> Provider for HttpProvider<W> {
     async fn chat(&self, request: &ChatRequest, stream: Option<StreamSink>) -> ChatResponse {
         let sink = stream.filter(|_| self.stream);
+        let without_images;
+        let request = if !self.vision && request.messages.iter().any(|m| !m.images.is_empty()) {
+            without_images = images_as_notes(request);
+            &without_images
+        } else {
+            request
+        };
         let body = match self.wire.encode(request, sink.is_some()) {
             Ok(body) => Bytes::from(body),
             Err(e) => {
@@ -361,6 +375,19 @@ impl<W: Wire> Provider for HttpProvider<W> {
     fn name(&self) -> &str {
         W::NAME
     }
+}
+
+/// `request` for a model without vision: each image becomes a line of text,
+/// so the model knows something was sent that it cannot see.
+fn images_as_notes(request: &ChatRequest) -> ChatRequest {
+    let mut request = request.clone();
+    for message in request.messages.iter_mut().filter(|m| !m.images.is_empty()) {
+        let count = std::mem::take(&mut message.images).len();
+        let note = format!("[{count} image(s) attached; this model cannot see images, so they were not sent]");
+        let text = message.content.take().unwrap_or_default();
+        message.content = Some(if text.is_empty() { note } else { format!("{text}\n{note}") });
+    }
+    request
 }
 
 /// A body read up to a cap.

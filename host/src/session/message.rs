@@ -81,9 +81,25 @@ pub struct Message {
     /// Host annotations: `timestamp`, `media`, `_command`, ...
     #[serde(flatten)]
     pub meta: Map<String, Value>,
+    /// Images shown to the model with this message's text: filled at BUILD
+    /// from the media files `meta.media` names (`agent::images`), never
+    /// persisted (the session keeps the file reference, not the bytes).
+    #[serde(skip)]
+    pub images: Vec<ImagePart>,
     /// The message's token estimate, remembered (see `crate::tokens`).
     #[serde(skip)]
     pub(crate) tokens: TokenMemo,
+}
+
+/// One image of a user message, ready for any provider's wire format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImagePart {
+    /// `image/jpeg`, `image/png`, `image/gif` or `image/webp`, from the
+    /// file's magic bytes.
+    pub media_type: &'static str,
+    /// The file's bytes, base64 (standard alphabet, padded). Shared: the
+    /// runner clones its messages per request.
+    pub base64: std::sync::Arc<str>,
 }
 
 /// A remembered token count, tagged with the size of what was counted so an
@@ -130,7 +146,7 @@ pub const COMMAND_MARKER: &str = "_command";
 
 impl Message {
     fn new(role: Role, content: Option<String>) -> Self {
-        Message { role, content, tool_calls: Vec::new(), tool_call_id: None, name: None, meta: Map::new(), tokens: TokenMemo::default() }
+        Message { role, content, tool_calls: Vec::new(), tool_call_id: None, name: None, meta: Map::new(), images: Vec::new(), tokens: TokenMemo::default() }
     }
 
     /// A system message.

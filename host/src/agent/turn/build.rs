@@ -43,7 +43,10 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     }
     ctx.history = session.get_history_bounded(core.settings.history_max_messages, budget, &message_bound, &estimate_message);
     let prompt_tokens = prompt_tokens(&overhead, &ctx.history);
-    ctx.initial_messages = core.context.build_messages(system_prompt, ctx.history.clone(), current.clone());
+    // The prompt's copy carries the image bytes; the session keeps the paths.
+    let mut shown = current.clone();
+    crate::agent::images::attach(&mut shown, &core.media_root, core.settings.max_image_kb.saturating_mul(1024) as u64);
+    ctx.initial_messages = core.context.build_messages(system_prompt, ctx.history.clone(), shown);
 
     let session = ctx.session_mut()?;
     session.set_meta(LAST_PROMPT_TOKENS, Some(Value::from(prompt_tokens.value)));

@@ -139,7 +139,7 @@ fn messages(history: &[Message]) -> Vec<Value> {
     for message in history {
         let (role, blocks) = match message.role {
             Role::System => continue,
-            Role::User => ("user", text_block(message.text()).into_iter().collect()),
+            Role::User => ("user", user_blocks(message)),
             Role::Tool => {
                 let id = message.tool_call_id.clone().unwrap_or_default();
                 // A result's text may be empty; the block still answers the call.
@@ -177,6 +177,18 @@ fn messages(history: &[Message]) -> Vec<Value> {
             json!({"role": role, "content": blocks})
         })
         .collect()
+}
+
+/// A user message's images (first: the API reads them better before the
+/// question) and its text.
+fn user_blocks(message: &Message) -> Vec<Value> {
+    let mut blocks: Vec<Value> = message
+        .images
+        .iter()
+        .map(|image| json!({"type": "image", "source": {"type": "base64", "media_type": image.media_type, "data": &*image.base64}}))
+        .collect();
+    blocks.extend(text_block(message.text()));
+    blocks
 }
 
 /// A text block, or none for empty text (the API rejects empty blocks).

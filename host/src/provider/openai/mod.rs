@@ -102,7 +102,7 @@ pub struct RequestBody<'a> {
 #[derive(Serialize)]
 pub struct WireMessage<'a> {
     role: &'a Role,
-    content: &'a Option<String>,
+    content: WireContent<'a>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     tool_calls: &'a [ToolCall],
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,9 +111,36 @@ pub struct WireMessage<'a> {
     name: Option<&'a str>,
 }
 
+/// A message's content: its text, or, with images, a list of parts (the
+/// text first, then one `image_url` part with a `data:` URL per image).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum WireContent<'a> {
+    Text(&'a Option<String>),
+    Parts(Vec<Value>),
+}
+
+impl<'a> WireContent<'a> {
+    fn of(m: &'a Message) -> Self {
+        if m.images.is_empty() {
+            return WireContent::Text(&m.content);
+        }
+        let text = m.text();
+        let mut parts: Vec<Value> = Vec::with_capacity(m.images.len() + 1);
+        if !text.is_empty() {
+            parts.push(json!({"type": "text", "text": text}));
+        }
+        for image in &m.images {
+            let url = format!("data:{};base64,{}", image.media_type, image.base64);
+            parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
+        }
+        WireContent::Parts(parts)
+    }
+}
+
 impl<'a> From<&'a Message> for WireMessage<'a> {
     fn from(m: &'a Message) -> Self {
-        WireMessage { role: &m.role, content: &m.content, tool_calls: &m.tool_calls, tool_call_id: m.tool_call_id.as_deref(), name: m.name.as_deref() }
+        WireMessage { role: &m.role, content: WireContent::of(m), tool_calls: &m.tool_calls, tool_call_id: m.tool_call_id.as_deref(), name: m.name.as_deref() }
     }
 }
 
@@ -383,6 +410,35 @@ mod tests {
         }
         assert_eq!(response_cap(1024 * 1024), MIN_MAX_RESPONSE_BYTES);
         assert_eq!(response_cap(100 * 1024 * 1024), 401 * 1024 * 1024);
+    }
+
+    /// A user message with an image: text and `image_url` parts (data URL)
+    /// to a model with vision, a note and no bytes to one without.
+    #[tokio::test]
+    async fn images_are_parts_with_vision_and_a_note_without() {
+        use crate::session::ImagePart;
+        use crate::testing::{MockLlm, MockReply};
+        let mut user = Message::user("what is this?");
+        user.images.push(ImagePart { media_type: "image/png", base64: Arc::from("iVBORw0KGgo=") });
+        let request = ChatRequest { model: "m".into(), messages: vec![Message::system("s"), user], tools: Arc::from(Vec::new()), max_tokens: 10, temperature: None };
+        let body: Value = serde_json::from_slice(&request_body(&request, false).unwrap()).unwrap();
+        assert_eq!(body["messages"][0]["content"], "s");
+        assert_eq!(
+            body["messages"][1]["content"],
+            json!([{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}])
+        );
+        let anthropic = crate::provider::anthropic::request_body(&request, false, None);
+        let blocks = &anthropic["messages"][0]["content"];
+        assert_eq!(blocks[0], json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}));
+        assert_eq!(blocks[1]["text"], "what is this?");
+
+        let mock = MockLlm::start(vec![MockReply::text("I cannot see it")]);
+        let options = OpenAiOptions { retry: RetryPolicy::none(), vision: false, ..OpenAiOptions::new(mock.base_url()) };
+        let response = OpenAiProvider::new(options).unwrap().chat(&request, None).await;
+        assert!(!response.is_error(), "{:?}", response.error);
+        let sent = &mock.requests()[0];
+        assert_eq!(sent["messages"][1]["content"], "what is this?\n[1 image(s) attached; this model cannot see images, so they were not sent]");
+        assert!(!sent.to_string().contains("iVBORw0KGgo"));
     }
 
     #[test]
