@@ -303,6 +303,7 @@ fn anthropic(mock: &MockLlm, stream: bool) -> AnthropicProvider {
         request_timeout: Duration::from_secs(10),
         retry: RetryPolicy::fast(),
         stream,
+        vision: true,
     };
     AnthropicProvider::anthropic(Anthropic::default(), options).expect("provider")
 }
