@@ -200,6 +200,7 @@ impl App {
             active,
             services,
             dream: Arc::new(crate::agent::dream::Dream::new(agent.dream.clone(), self.workspace.clone(), self.data.root())),
+            last_chat: Arc::new(crate::agent::heartbeat::LastChat::open(self.data.root())),
         }
     }
 }

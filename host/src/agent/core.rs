@@ -45,6 +45,9 @@ pub struct AgentCore {
     /// Memory consolidation from the history archive (`/dream`, periodic
     /// in the gateway).
     pub dream: Arc<super::dream::Dream>,
+    /// The chat a person last wrote from, persisted in the data dir (the
+    /// heartbeat's default target survives a restart).
+    pub last_chat: Arc<super::heartbeat::LastChat>,
 }
 
 /// Archived history entries of a session shown in its system prompt.
