@@ -185,6 +185,7 @@ async fn dream_answers_in_the_gateway_and_runs_periodically() {
     let running = t.start_loop();
     archive(&t, &["My name is Ana."]);
     t.bus.publish_inbound(InboundMessage::new("telegram", "7", "7", "/dream"));
+    assert_eq!(next_reply(&t).await, dream::DREAMING, "the chat hears at once that Dream started");
     let reply = next_reply(&t).await;
     assert!(reply.contains("Updated: USER.md"), "{reply}");
     assert_eq!(read(&t, "USER.md"), "- Name: Ana\n");
@@ -268,4 +269,100 @@ async fn the_heartbeat_runs_heartbeat_md_tasks_and_answers_in_the_last_chat() {
     task.await.unwrap();
     running.stop().await;
     assert!(stored_keys(&t).iter().all(|k| !k.starts_with("heartbeat")), "{:?}", stored_keys(&t));
+
+    // The delivered answer is in the chat's session, marked as a delivery,
+    // once (HEARTBEAT_OK left nothing).
+    let session = JsonlStore::new(t.app.data.sessions_dir()).load("telegram:42").unwrap();
+    let deliveries: Vec<_> = session.messages.iter().filter(|m| m.meta.get(chitin::session::CHANNEL_DELIVERY) == Some(&json!(true))).collect();
+    assert_eq!(deliveries.len(), 1, "{:?}", session.messages);
+    assert_eq!((deliveries[0].role, deliveries[0].text()), (chitin::session::Role::Assistant, "Reminder: water the plants today."));
+    // A restarted gateway (a fresh record over the same data dir) still
+    // knows the chat.
+    let reopened = chitin::agent::heartbeat::LastChat::open(t.app.data.root());
+    assert_eq!(reopened.get(), Some(("telegram".to_string(), "42".to_string())));
+}
+
+/// The user's answer to a heartbeat delivery is replayed with the delivery
+/// before it, so the model sees what it is answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_to_a_heartbeat_delivery_is_sent_with_the_delivery() {
+    let mock = MockLlm::start(Script::new([MockReply::text("Good, noted.")]));
+    let t = std::sync::Arc::new(TestAgent::new(mock));
+    t.agent.record_delivery("telegram", "42", "Reminder: water the plants today.").await;
+    let running = t.start_loop();
+    t.bus.publish_inbound(InboundMessage::new("telegram", "ana", "42", "done"));
+    assert_eq!(next_reply(&t).await, "Good, noted.");
+    running.stop().await;
+    let sent = request_messages(&t.mock, 0);
+    let at = sent.iter().position(|(role, text)| role == "assistant" && text == "Reminder: water the plants today.").unwrap_or_else(|| panic!("{sent:?}"));
+    assert_eq!(sent[at + 1].0, "user", "{sent:?}");
+    assert!(sent[at + 1].1.contains("done"), "{sent:?}");
+}
+
+/// Dream's edits are versioned in the data dir: `/dream-log` lists each run
+/// with its files and line counts, `/dream-restore <n>` puts back what run
+/// n replaced (removing a file it created), and the restore can itself be
+/// undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dream_log_lists_runs_and_dream_restore_puts_back_the_previous_versions() {
+    let mock = MockLlm::start(Script::new([
+        write("USER.md", "- Name: Ana\n- City: Lisbon\n"),
+        write("skills/tea/SKILL.md", "---\nname: tea\n---\nSteep 3 minutes.\n"),
+        MockReply::text("done"),
+        write("USER.md", "- Name: Ana\n- City: Porto\n"),
+        MockReply::text("done"),
+    ]));
+    let t = std::sync::Arc::new(TestAgent::new(mock));
+    std::fs::write(t.workspace().join("USER.md"), "- Name: Ana\n").unwrap();
+    let ask = |text: &str| {
+        let t = t.clone();
+        let text = text.to_string();
+        async move {
+            match t.agent.process_direct(&text, "cli:direct", sink::silent()).await {
+                chitin::agent::TurnOutcome::Done(ctx) => ctx.outbound.map(|o| o.content).unwrap_or_default(),
+                _ => panic!("{text}: not done"),
+            }
+        }
+    };
+    assert_eq!(ask("/dream-log").await, "No Dream edits recorded yet.");
+    archive(&t, &["I live in Lisbon.", "I like tea."]);
+    assert!(ask("/dream").await.contains("Updated"));
+    archive(&t, &["I moved to Porto."]);
+    assert!(ask("/dream").await.contains("Updated: USER.md"));
+    assert_eq!(read(&t, "USER.md"), "- Name: Ana\n- City: Porto\n");
+
+    let log = ask("/dream-log").await;
+    let lines: Vec<&str> = log.lines().skip(1).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(lines[0].starts_with("#2 ") && lines[0].contains("USER.md (+1 -1)"), "newest first: {log}");
+    assert!(lines[1].starts_with("#1 ") && lines[1].contains("USER.md (+1 -0)") && lines[1].contains("skills/tea/SKILL.md (+4 -0, new)"), "{log}");
+
+    // Back before run 1: USER.md as it was, the skill it created gone.
+    let restored = ask("/dream-restore 1").await;
+    assert!(restored.contains("Restored") && restored.contains("/dream-restore 3"), "{restored}");
+    assert_eq!(read(&t, "USER.md"), "- Name: Ana\n");
+    assert!(!t.workspace().join("skills/tea/SKILL.md").exists());
+    // And the restore undone.
+    ask("/dream-restore 3").await;
+    assert_eq!(read(&t, "USER.md"), "- Name: Ana\n- City: Porto\n");
+    assert!(read(&t, "skills/tea/SKILL.md").contains("Steep 3 minutes"));
+
+    // Bad input: a clear answer, nothing changed.
+    for (bad, expected) in [("/dream-restore", "Usage: /dream-restore <n>"), ("/dream-restore x", "Usage"), ("/dream-restore 99", "no Dream run 99")] {
+        let answer = ask(bad).await;
+        assert!(answer.contains(expected), "{bad}: {answer}");
+    }
+    assert_eq!(read(&t, "USER.md"), "- Name: Ana\n- City: Porto\n");
+    // A restore never writes through a link planted where a file was.
+    #[cfg(unix)]
+    {
+        std::fs::write(t.workspace().join("AGENTS.md"), "agents").unwrap();
+        std::fs::remove_file(t.workspace().join("USER.md")).unwrap();
+        std::os::unix::fs::symlink("AGENTS.md", t.workspace().join("USER.md")).unwrap();
+        let answer = ask("/dream-restore 2").await;
+        assert!(answer.contains("failed") && answer.contains("USER.md"), "{answer}");
+        assert_eq!(read(&t, "AGENTS.md"), "agents");
+    }
+    // History lives in the data dir, bounded (unit-tested), never in the workspace.
+    assert!(t.agent.core().dream.history().dir().starts_with(t.app.data.root()));
 }

@@ -202,6 +202,7 @@ impl App {
             services,
             dream: Arc::new(crate::agent::dream::Dream::new(agent.dream.clone(), self.workspace.clone(), self.data.root())),
             media_root: self.data.root().join("media"),
+            last_chat: Arc::new(crate::agent::heartbeat::LastChat::open(self.data.root())),
         }
     }
 }

@@ -233,6 +233,11 @@ impl MessageBus {
         self.outbound_rx.lock().await.recv().await
     }
 
+    /// An inbound message if one is queued, without waiting.
+    pub fn try_consume_inbound(&self) -> Option<InboundMessage> {
+        self.inbound_rx.try_lock().ok()?.try_recv().ok()
+    }
+
     /// An outbound message if one is queued, without waiting.
     pub fn try_consume_outbound(&self) -> Option<OutboundMessage> {
         self.outbound_rx.try_lock().ok()?.try_recv().ok()

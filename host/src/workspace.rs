@@ -208,6 +208,28 @@ impl Workspace {
         self.write(rel, bytes)
     }
 
+    /// Removes the regular file at `rel`, refusing like
+    /// [`Workspace::write_no_follow`] when `rel` or a directory on the way
+    /// is a symlink or `rel` is not a regular file; nothing there is fine.
+    pub fn remove_file_no_follow(&self, rel: &Path) -> Result<(), WorkspaceError> {
+        let rel = inside(rel)?;
+        let mut prefix = PathBuf::new();
+        for component in rel.components() {
+            prefix.push(component);
+            match self.kind_no_follow(&prefix)? {
+                None => return Ok(()),
+                Some(EntryKind::Symlink) => return Err(WorkspaceError::NotRegular { path: prefix, kind: "a symlink" }),
+                Some(EntryKind::Other) => return Err(WorkspaceError::NotRegular { path: prefix, kind: "a special file" }),
+                Some(EntryKind::Dir) if prefix.as_path() == rel => return Err(WorkspaceError::NotRegular { path: prefix, kind: "a directory" }),
+                _ => {}
+            }
+        }
+        match self.dir.remove_file(rel) {
+            Err(e) if !absent(&e) => Err(WorkspaceError::Io { op: "remove", path: rel.to_path_buf(), source: e }),
+            _ => Ok(()),
+        }
+    }
+
     /// Appends `bytes` in one `write` (O_APPEND), creating the file and its
     /// directories.
     pub fn append(&self, rel: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {

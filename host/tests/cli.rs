@@ -334,3 +334,54 @@ async fn the_interactive_cli_prints_a_subagent_result_that_arrives_after_the_tur
     let results = session.messages.iter().filter(|m| m.text().contains("SUB-RESULT")).count();
     assert_eq!(results, 1, "{:?}", session.messages);
 }
+
+/// A mock where the main turn spawns a background subagent and then says
+/// so; the subagent lists the workspace `steps` times, then answers
+/// `SUB-RESULT`; a request that carries the result gets the final answer.
+fn spawning_mock(steps: usize) -> MockLlm {
+    MockLlm::with_handler(move |request, _| {
+        let messages = request["messages"].as_array().unwrap();
+        let system = messages[0]["content"].as_str().unwrap_or_default();
+        let text = request.to_string();
+        if system.starts_with("# Subagent") {
+            let done = messages.iter().filter(|m| m["role"] == "tool").count();
+            return if done < steps { MockReply::tool_call("list_dir", r#"{"path":"."}"#) } else { MockReply::text("SUB-RESULT: 42 files") };
+        }
+        if text.contains("SUB-RESULT") {
+            return MockReply::text("Your background count finished: 42 files.");
+        }
+        if messages.last().unwrap()["role"] == "tool" {
+            return MockReply::text("Started it in the background.");
+        }
+        MockReply::tool_call("spawn", r#"{"task":"count the files","label":"count"}"#)
+    })
+}
+
+/// `chitin agent -m`: a subagent spawned without `wait` is waited for (up
+/// to `[agent.subagents] keep_alive_secs`), its result printed and stored
+/// once; one still running past that is stopped with a note, and the
+/// command still succeeds with the reply it has.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_shot_waits_for_its_background_subagents_within_the_keep_alive() {
+    let mock = spawning_mock(2);
+    let home = tempfile::tempdir().unwrap();
+    let out = run(chitin(home.path(), &["agent", "-s", "cli:bg", "-m", "count my files"]).env("OPENAI_BASE_URL", mock.base_url()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("Your background count finished: 42 files."), "{text}");
+    let session = JsonlStore::new(home.path().join("sessions")).load("cli:bg").unwrap();
+    assert_eq!(session.messages.iter().filter(|m| m.text().contains("SUB-RESULT")).count(), 1, "{:?}", session.messages);
+
+    // A subagent that outlives the bound (every model step takes 300 ms; it
+    // needs 100): stopped, said so, exit 0 with the turn's reply.
+    let slow = spawning_mock(100).with_latency(Duration::from_millis(300));
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("config.toml"), "[agent.subagents]\nkeep_alive_secs = 1\n").unwrap();
+    let started = Instant::now();
+    let out = run(chitin(home.path(), &["agent", "-s", "cli:slow", "-m", "count my files"]).env("OPENAI_BASE_URL", slow.base_url()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Started it in the background."), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("42 files"), "{}", stdout(&out));
+    assert!(stderr(&out).contains("1 subagent(s) still running") && stderr(&out).contains("keep_alive_secs"), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(20), "bounded: {:?}", started.elapsed());
+}

@@ -639,3 +639,76 @@ fn a_broken_lock_skips_the_index_plugins_and_the_host_still_starts() {
 fn sha256(bytes: &[u8]) -> String {
     chitin::market::sha256_hex(bytes)
 }
+
+/// A tool plugin that type-checks and links (it exports
+/// `chitin:plugin/tool@0.1.0` with the right `invoke`) but cannot be
+/// instantiated: its core module's data segment lies past its one page of
+/// memory. Built with wit-component from the WIT this host links.
+fn uninstantiable_component() -> Vec<u8> {
+    use wasm_encoder::{CodeSection, ConstExpr, DataSection, ExportKind, ExportSection, Function, FunctionSection, Instruction, MemorySection, MemoryType, Module, TypeSection, ValType};
+    let mut types = TypeSection::new();
+    // invoke(name: string, args-json: string, ctx: call-context): 12 flat
+    // i32 parameters; the result is returned through a pointer.
+    types.ty().function([ValType::I32; 12], [ValType::I32]);
+    types.ty().function([ValType::I32; 4], [ValType::I32]);
+    let mut functions = FunctionSection::new();
+    functions.function(0);
+    functions.function(1);
+    let mut memory = MemorySection::new();
+    memory.memory(MemoryType { minimum: 1, maximum: Some(1), memory64: false, shared: false, page_size_log2: None });
+    let mut exports = ExportSection::new();
+    exports.export("chitin:plugin/tool@0.1.0#invoke", ExportKind::Func, 0);
+    exports.export("cabi_realloc", ExportKind::Func, 1);
+    exports.export("memory", ExportKind::Memory, 0);
+    let mut code = CodeSection::new();
+    for _ in 0..2 {
+        let mut body = Function::new([]);
+        body.instruction(&Instruction::Unreachable);
+        body.instruction(&Instruction::End);
+        code.function(&body);
+    }
+    let mut data = DataSection::new();
+    data.active(0, &ConstExpr::i32_const(65536), b"past the end".iter().copied());
+    let mut module = Module::new();
+    module.section(&types).section(&functions).section(&memory).section(&exports).section(&code).section(&data);
+    let mut bytes = module.finish();
+    let mut resolve = wit_parser::Resolve::default();
+    let wit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../wit/chitin.wit")).unwrap();
+    let package = resolve.push_str("chitin.wit", &wit).unwrap();
+    let world = resolve.select_world(&[package], Some("tool-plugin")).unwrap();
+    wit_component::embed_component_metadata(&mut bytes, &resolve, world, wit_component::StringEncoding::UTF8).unwrap();
+    wit_component::ComponentEncoder::default().module(&bytes).unwrap().validate(true).encode().unwrap()
+}
+
+/// Issue 12: a component that links but fails to instantiate is refused at
+/// install, from a file and from an index, with a message that says so;
+/// nothing is written (no plugin file, no lock entry).
+#[test]
+fn a_component_that_links_but_cannot_instantiate_is_refused_at_install() {
+    let m = Market::new();
+    let raw = m.work("oob-raw.wasm");
+    std::fs::write(&raw, uninstantiable_component()).unwrap();
+    let manifest = m.work("oob.toml");
+    std::fs::write(&manifest, "name = \"oob\"\nversion = \"1.0.0\"\n[[tools]]\nname = \"oob_tool\"\nparameters = { type = \"object\" }\n").unwrap();
+    let packed = m.work("oob.wasm");
+    m.tool(&["plugin", "pack", "--manifest", manifest.to_str().unwrap(), raw.to_str().unwrap(), "-o", packed.to_str().unwrap()]);
+
+    let out = m.user(&["plugin", "install", packed.to_str().unwrap()]);
+    let text = refused(&out, &["cannot be installed"]);
+    assert!(text.contains("instantiat") || text.contains("out of bounds"), "{text}");
+    assert!(m.installed().is_empty(), "{:?}", m.installed());
+
+    // The same from a signed index.
+    m.tool(&["plugin", "sign", packed.to_str().unwrap(), "--key", m.work("acme.key").to_str().unwrap()]);
+    let pubkey = m.work("acme.pub");
+    m.tool(&["plugin", "index", "add", m.site().to_str().unwrap(), packed.to_str().unwrap(), "--publisher", "acme", "--publisher-key", pubkey.to_str().unwrap()]);
+    m.sign_index(30);
+    m.configure_http();
+    let out = m.user(&["plugin", "install", "oob", "--yes"]);
+    let text = refused(&out, &["oob"]);
+    assert!(text.contains("instantiat") || text.contains("out of bounds"), "{text}");
+    assert!(m.installed().is_empty(), "{:?}", m.installed());
+    assert!(m.lock().is_none_or(|lock| !lock.contains("oob")), "{:?}", m.lock());
+    // The host still works.
+    assert!(m.user(&["plugin", "list"]).status.success());
+}

@@ -73,8 +73,6 @@ pub struct AgentLoop {
     core: Arc<AgentCore>,
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     semaphore: Option<Arc<Semaphore>>,
-    /// The chat a person last wrote from (the heartbeat's default target).
-    last_chat: Arc<Mutex<Option<(String, String)>>>,
 }
 
 /// Channels whose chats cannot take a message nobody asked for: internal
@@ -89,12 +87,38 @@ impl AgentLoop {
     /// A loop over `core`.
     pub fn new(core: Arc<AgentCore>) -> Self {
         let limit = core.settings.max_concurrent_turns;
-        AgentLoop { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), core, locks: Default::default(), last_chat: Default::default() }
+        AgentLoop { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), core, locks: Default::default() }
     }
 
     /// The chat a person last wrote to this loop from, as (channel, chat id).
     pub fn last_chat(&self) -> Option<(String, String)> {
-        self.last_chat.lock().expect("last chat").clone()
+        self.core.last_chat.get()
+    }
+
+    /// Mirrors a message the host sent on its own (a heartbeat answer) into
+    /// the session of its chat as an assistant row marked
+    /// `_channel_delivery`, so the conversation knows what was said when
+    /// the user answers it (nanobot's `_deliver_to_channel`). Taken under
+    /// the session's lock, so it lands after a running turn, never inside.
+    pub async fn record_delivery(&self, channel: &str, chat_id: &str, text: &str) {
+        let key = format!("{channel}:{chat_id}");
+        let lock = self.lock_for(&key);
+        let _serial = lock.lock().await;
+        let mut session = match self.core.sessions.load(&key) {
+            Ok(session) => session,
+            Err(e) => {
+                tracing::warn!(session = %key, "delivery not recorded: {e}");
+                return;
+            }
+        };
+        let mut row = crate::session::Message::assistant(text);
+        row.meta.insert(crate::session::CHANNEL_DELIVERY.into(), serde_json::Value::Bool(true));
+        row.meta.insert("timestamp".into(), chrono::Utc::now().to_rfc3339().into());
+        session.push(row);
+        if let Err(e) = self.core.sessions.save(&mut session) {
+            tracing::warn!(session = %key, "delivery not recorded: {e}");
+        }
+        self.core.sessions.release(session);
     }
 
     /// The shared services.
@@ -215,7 +239,7 @@ impl AgentLoop {
     fn accept(&self, message: InboundMessage, tasks: &mut JoinSet<()>) {
         let key = message.session_key();
         if !NOT_A_CHAT.contains(&message.channel.as_str()) && !HOST_SENDERS.contains(&message.sender_id.as_str()) {
-            *self.last_chat.lock().expect("last chat") = Some((message.channel.clone(), message.chat_id.clone()));
+            self.core.last_chat.set(&message.channel, &message.chat_id);
         }
         // A `system` message (a subagent's result) is never a command.
         let system = message.channel == SYSTEM_CHANNEL;
@@ -421,6 +445,8 @@ impl AgentLoop {
         }
         match outcome {
             TurnOutcome::Done(mut ctx) if ctx.follow_up == Some(FollowUp::Dream) => {
+                // A run takes a while: the chat hears at once that it started.
+                ctx.sink.notice(super::dream::DREAMING);
                 let report = self.core.dream.run(self, super::dream::Trigger::Manual).await;
                 let (channel, chat_id) = ctx.inbound.reply_route();
                 let mut reply = OutboundMessage::reply(channel, chat_id, report.text);

@@ -17,6 +17,10 @@ pub enum Command {
     Goal,
     /// Run Dream now (`agent::dream`).
     Dream,
+    /// List Dream's recorded edits (`agent::dream_history`).
+    DreamLog,
+    /// Put back the versions a Dream run replaced (`/dream-restore <n>`).
+    DreamRestore,
 }
 
 /// Every command with its one-line help.
@@ -26,6 +30,8 @@ pub const COMMANDS: &[(&str, Command, &str)] = &[
     ("status", Command::Status, "model, token and context use, session size, uptime, active tasks, running subagents, the goal"),
     ("goal", Command::Goal, "<task>: work on a long-running task until it is done; alone: show the goal"),
     ("dream", Command::Dream, "fold the conversation history archived since the last Dream into MEMORY.md, USER.md, SOUL.md and skills/"),
+    ("dream-log", Command::DreamLog, "Dream's recorded edits: when, which files, lines added and removed"),
+    ("dream-restore", Command::DreamRestore, "<n>: put back the versions Dream run n replaced (see /dream-log)"),
     ("help", Command::Help, "this list"),
 ];
 

@@ -47,6 +47,9 @@ pub struct AgentCore {
     pub dream: Arc<super::dream::Dream>,
     /// `<data>/media`: the only place image attachments are read from.
     pub media_root: std::path::PathBuf,
+    /// The chat a person last wrote from, persisted in the data dir (the
+    /// heartbeat's default target survives a restart).
+    pub last_chat: Arc<super::heartbeat::LastChat>,
 }
 
 /// Archived history entries of a session shown in its system prompt.

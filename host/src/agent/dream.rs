@@ -28,6 +28,12 @@
 //!   again; a forged or corrupt state file does the same. At worst Dream
 //!   re-reads; it never reads outside the archive or crashes. The cursor
 //!   advances only when the run completed and its edits were written.
+//! - **History**: before the edits are written back, the versions they
+//!   replace are stored in `<data>/dream/history/<n>/`
+//!   ([`super::dream_history`]; the last 20 runs). `/dream-log` lists them,
+//!   `/dream-restore <n>` puts a run's previous versions back (itself
+//!   recorded, so it can be undone). When the history cannot be written,
+//!   nothing is written to the workspace.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -186,6 +192,9 @@ impl DreamReport {
 /// Reply to `/dream` when history is empty (nanobot's text).
 pub const NO_HISTORY: &str = "Dream has no conversation history to process yet.";
 
+/// What `/dream` answers at once, before the run's report (nanobot's).
+pub const DREAMING: &str = "Dreaming…";
+
 /// Reply when a run is already going.
 pub const ALREADY_RUNNING: &str = "A Dream run is already in progress.";
 
@@ -194,6 +203,7 @@ pub struct Dream {
     settings: DreamConfig,
     workspace: Workspace,
     state_file: PathBuf,
+    history: super::dream_history::DreamHistory,
     /// One run at a time (a `/dream` during a periodic run says so).
     running: tokio::sync::Mutex<()>,
 }
@@ -212,7 +222,13 @@ struct Batch {
 impl Dream {
     /// Dream over `workspace`, its state in data dir `data_root`.
     pub fn new(settings: DreamConfig, workspace: Workspace, data_root: &Path) -> Self {
-        Dream { settings, workspace, state_file: data_root.join("dream").join("state.json"), running: tokio::sync::Mutex::new(()) }
+        Dream {
+            settings,
+            workspace,
+            state_file: data_root.join("dream").join("state.json"),
+            history: super::dream_history::DreamHistory::new(data_root),
+            running: tokio::sync::Mutex::new(()),
+        }
     }
 
     /// `[agent.dream]`.
@@ -249,6 +265,54 @@ impl Dream {
                 format!("Dream: last run {at} ({trigger}, {} entries): {}", run.entries, run.message)
             }
         }
+    }
+
+    /// The edit history.
+    pub fn history(&self) -> &super::dream_history::DreamHistory {
+        &self.history
+    }
+
+    /// The `/dream-log` text.
+    pub fn log_text(&self) -> String {
+        super::dream_history::log_text(&self.history.list())
+    }
+
+    /// `/dream-restore <n>`: puts back the versions run `n` replaced (a
+    /// file it created is removed), each through
+    /// [`Workspace::write_no_follow`]. The versions being replaced are
+    /// recorded first as a run of their own, so the restore can be undone.
+    /// Refused while a Dream run is going.
+    pub fn restore(&self, number: u64) -> String {
+        let Ok(_one) = self.running.try_lock() else { return ALREADY_RUNNING.to_string() };
+        match self.restore_locked(number) {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::warn!("dream restore of run {number} failed: {e}");
+                format!("Restore of Dream run {number} failed: {e}")
+            }
+        }
+    }
+
+    fn restore_locked(&self, number: u64) -> Result<String, DreamError> {
+        use super::dream_history::{Edit, MAX_PREVIOUS_BYTES, RunKind};
+        let (_, files) = self.history.previous(number).map_err(|e| DreamError::Apply(e.to_string()))?;
+        let mut current = Vec::new();
+        for (rel, _) in &files {
+            current.push(previous_version(&self.workspace, rel, MAX_PREVIOUS_BYTES)?);
+        }
+        let edits: Vec<Edit<'_>> = files.iter().zip(&current).map(|((rel, back), now)| Edit { path: rel, previous: now.as_deref(), next: back.as_deref() }).collect();
+        let undo = self.history.record(RunKind::Restore, Some(number), &edits).map_err(|e| DreamError::Apply(format!("the edit history could not be saved, nothing restored: {e}")))?;
+        let mut restored = Vec::new();
+        for (rel, back) in &files {
+            let done = match back {
+                Some(bytes) => self.workspace.write_no_follow(Path::new(rel), bytes),
+                None => self.workspace.remove_file_no_follow(Path::new(rel)),
+            };
+            done.map_err(|e| DreamError::Apply(e.to_string()))?;
+            restored.push(if back.is_some() { rel.clone() } else { format!("{rel} (removed: run {number} created it)") });
+        }
+        tracing::info!(run = number, undo, "dream: restored {}", restored.join(", "));
+        Ok(format!("Restored the versions Dream run {number} replaced: {}. To undo: /dream-restore {undo}.", restored.join(", ")))
     }
 
     /// True when the archive holds bytes past the cursor (cheap: one stat).
@@ -325,7 +389,7 @@ impl Dream {
             let text = format!("Dream did not complete after {:.1}s (stop_reason: {reason}); memory cursor was not advanced.", secs());
             return Ok(DreamReport { text, stop_reason: Some(reason), advanced: false, changed: Vec::new(), refused: Vec::new() });
         }
-        let (changed, refused) = staging.apply(&self.workspace)?;
+        let (changed, refused) = staging.apply(&self.workspace, &self.history)?;
         state.cursor = batch.next;
         let mut text = if changed.is_empty() {
             format!("Dream completed in {:.1}s; no memory changes.", secs())
@@ -592,10 +656,13 @@ impl Staging {
     /// `workspace`; returns them, and the files it left that it may not
     /// write (dropped). A link or special file in the staging copy (the
     /// plugin made it) is never followed.
-    fn apply(&self, workspace: &Workspace) -> Result<(Vec<String>, Vec<String>), DreamError> {
+    fn apply(&self, workspace: &Workspace, history: &super::dream_history::DreamHistory) -> Result<(Vec<String>, Vec<String>), DreamError> {
+        use super::dream_history::{Edit, MAX_PREVIOUS_BYTES, RunKind};
         let mut found = Vec::new();
         collect_files(self.dir.path(), self.dir.path(), 0, &mut found);
-        let (mut changed, mut refused) = (Vec::new(), Vec::new());
+        let mut refused = Vec::new();
+        // (path, new bytes, the version it replaces).
+        let mut writes: Vec<(String, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         for rel in found {
             let cap = if rel.starts_with("skills/") { MAX_SKILL_BYTES } else { MAX_MEMORY_FILE_BYTES };
             if !allowed(&rel) {
@@ -611,6 +678,23 @@ impl Staging {
                 refused.push(rel);
                 continue;
             }
+            // The version in the workspace now (it may have changed since
+            // staging): what the history keeps and a restore puts back.
+            match previous_version(workspace, &rel, MAX_PREVIOUS_BYTES) {
+                Ok(previous) => writes.push((rel, bytes, previous)),
+                Err(e) => {
+                    tracing::warn!(path = %rel, "dream: not written: {e}");
+                    refused.push(rel);
+                }
+            }
+        }
+        if writes.is_empty() {
+            return Ok((Vec::new(), refused));
+        }
+        let edits: Vec<Edit<'_>> = writes.iter().map(|(rel, bytes, previous)| Edit { path: rel, previous: previous.as_deref(), next: Some(bytes) }).collect();
+        history.record(RunKind::Dream, None, &edits).map_err(|e| DreamError::Apply(format!("the edit history could not be saved, nothing written: {e}")))?;
+        let mut changed = Vec::new();
+        for (rel, bytes, _) in writes {
             match workspace.write_no_follow(Path::new(&rel), &bytes) {
                 Ok(()) => changed.push(rel),
                 // A link or special file a plugin put there: never written
@@ -622,7 +706,23 @@ impl Staging {
                 Err(e) => return Err(DreamError::Apply(e.to_string())),
             }
         }
+        refused.sort();
         Ok((changed, refused))
+    }
+}
+
+/// The file at `rel` as it is now, for the history: `None` when there is
+/// none; an error (the file is then not overwritten) when something other
+/// than a regular file is there or it is over `cap` (no way back).
+fn previous_version(workspace: &Workspace, rel: &str, cap: usize) -> Result<Option<Vec<u8>>, DreamError> {
+    match workspace.kind_no_follow(Path::new(rel)).map_err(|e| DreamError::Apply(e.to_string()))? {
+        None => Ok(None),
+        Some(EntryKind::File) => match workspace.read_capped(Path::new(rel), cap).map_err(|e| DreamError::Apply(e.to_string()))? {
+            Some(read) if !read.truncated => Ok(Some(read.bytes)),
+            Some(_) => Err(DreamError::Apply(format!("{rel} is over {cap} bytes; its previous version could not be kept"))),
+            None => Ok(None),
+        },
+        Some(_) => Err(DreamError::Apply(format!("{rel} is not a regular file"))),
     }
 }
 
@@ -754,7 +854,8 @@ mod tests {
         std::fs::write(staging.dir.path().join("memory/MEMORY.md"), "more facts").unwrap();
         std::fs::write(staging.dir.path().join("notes.txt"), "no").unwrap();
         std::fs::write(staging.dir.path().join("skills/link.md"), "through the link").unwrap();
-        let (changed, refused) = staging.apply(&ws).unwrap();
+        let history = crate::agent::dream_history::DreamHistory::new(&dir.path().join("data"));
+        let (changed, refused) = staging.apply(&ws, &history).unwrap();
         assert_eq!(changed, ["memory/MEMORY.md"]);
         assert_eq!(refused, ["notes.txt", "skills/link.md"]);
         assert_eq!(std::fs::read_to_string(root.join("AGENTS.md")).unwrap(), "agents", "never written through the link");

@@ -17,6 +17,7 @@ pub mod agent_loop;
 pub mod commands;
 pub mod context;
 pub mod dream;
+pub mod dream_history;
 pub mod goals;
 pub mod heartbeat;
 pub mod images;

@@ -124,4 +124,9 @@ impl TurnSink for BusResponder {
         metadata.insert(crate::agent::goals::GOAL_CONTINUATION.into(), Value::Bool(true));
         self.publish(OutboundKind::Message { streamed: self.stream }, text, metadata);
     }
+
+    /// Sent as a message of its own, before the reply.
+    fn notice(&self, text: &str) {
+        self.publish(OutboundKind::Message { streamed: false }, text, Map::new());
+    }
 }

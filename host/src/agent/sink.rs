@@ -62,6 +62,11 @@ pub trait TurnSink: Send + Sync {
     /// answer.
     fn interim_answer(&self, _text: &str) {}
 
+    /// A short status from the host before a slow reply (`/dream`'s
+    /// [`crate::agent::dream::DREAMING`]): the host's own text, delivered
+    /// like a message in a chat, shown as progress in the terminal.
+    fn notice(&self, _text: &str) {}
+
     /// The model's reasoning for the answer it just gave, when the API
     /// returns it (DeepSeek's `reasoning_content`, Anthropic's thinking):
     /// progress, not part of the reply. The model's text: escape it.

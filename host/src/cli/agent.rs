@@ -120,6 +120,10 @@ impl TurnSink for Progress {
         self.line(&format!("  · {}", for_terminal(text).replace('\n', "\n    ")));
         self.spinner.set_message("working on the goal…");
     }
+
+    fn notice(&self, text: &str) {
+        self.spinner.set_message(text.to_string());
+    }
 }
 
 pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow::Result<std::process::ExitCode> {
@@ -160,9 +164,50 @@ async fn one_shot(agent: &AgentLoop, progress: &Arc<Progress>, message: &str, se
     progress.start();
     let outcome = agent.process_direct(message, session, progress.clone()).await;
     progress.stop();
-    agent.core().sessions.sync().context("syncing the session")?;
     print_sent_messages(&agent.core().bus)?;
-    print_outcome(outcome)
+    let code = print_outcome(outcome)?;
+    finish_subagents(agent, session).await?;
+    agent.core().sessions.sync().context("syncing the session")?;
+    Ok(code)
+}
+
+/// After a one-shot turn: subagents it spawned without `wait` may still
+/// run (the turn waited `[agent.subagents] keep_alive_secs` for them, or a
+/// result came just as it ended). Their results arrive on the bus as
+/// `system` messages; each is handled as a turn of its own (stored in the
+/// session, as the gateway does) and its reply printed, for up to
+/// `keep_alive_secs` more. Past that, the ones still running are stopped
+/// with a note on stderr: the process is about to end, and a result
+/// nobody will see must not be announced as if it had been delivered.
+async fn finish_subagents(agent: &AgentLoop, session: &str) -> anyhow::Result<()> {
+    let bus = &agent.core().bus;
+    let manager = agent.core().services.subagents().cloned();
+    let running = || manager.as_ref().is_some_and(|m| m.has_running(session));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(agent.core().settings.subagents.keep_alive_secs);
+    loop {
+        let next = match bus.try_consume_inbound() {
+            Some(message) => Some(message),
+            None if running() => tokio::time::timeout_at(deadline, bus.consume_inbound()).await.ok().flatten(),
+            None => None,
+        };
+        let Some(message) = next else { break };
+        let outcome = agent.process(message, chitin::agent::sink::silent()).await;
+        print_sent_messages(bus)?;
+        match outcome {
+            TurnOutcome::Done(ctx) => {
+                if let Some(reply) = ctx.outbound {
+                    outln!("{}", for_terminal(&reply.content))?;
+                }
+            }
+            TurnOutcome::Cancelled => {}
+            TurnOutcome::Failed(e) => errln!("error: {}", for_terminal(&e.to_string())),
+        }
+    }
+    if let Some(manager) = manager.filter(|m| m.has_running(session)) {
+        let n = manager.cancel_session(session);
+        errln!("note: {n} subagent(s) still running after [agent.subagents] keep_alive_secs; stopped (use `spawn` with wait=true, or a longer keep_alive_secs, to get their results here)");
+    }
+    Ok(())
 }
 
 fn print_outcome(outcome: TurnOutcome) -> anyhow::Result<std::process::ExitCode> {

@@ -390,7 +390,10 @@ async fn install(file: &Path, data: &DataDir, options: &AppOptions) -> anyhow::R
     let dir = data.plugins_dir();
     let dest = dir.join(format!("{name}.wasm"));
     check_install(&plugin.manifest, &dir, &dest)?;
-    runtime.prepare(&plugin).await.with_context(|| format!("{} cannot be installed", file.display()))?;
+    // Instantiated once (no export called): one that links but cannot
+    // start (a data segment past its memory) is refused here, not at its
+    // first call.
+    runtime.check_instantiate(&plugin).await.with_context(|| format!("{} cannot be installed", file.display()))?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write_atomically(&dir, &dest, &bytes)?;
     outln!("installed {} {} to {}", name, shown(&plugin.manifest.version, 64, "version"), dest.display())?;

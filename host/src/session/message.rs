@@ -144,6 +144,11 @@ impl std::fmt::Debug for TokenMemo {
 /// Marks a slash command and its reply: persisted, never replayed.
 pub const COMMAND_MARKER: &str = "_command";
 
+/// Marks an assistant row the host sent on its own (a heartbeat answer),
+/// mirrored into the chat's session: replayed like any reply, and a replay
+/// that starts at the user's answer to it starts at it instead.
+pub const CHANNEL_DELIVERY: &str = "_channel_delivery";
+
 impl Message {
     fn new(role: Role, content: Option<String>) -> Self {
         Message { role, content, tool_calls: Vec::new(), tool_call_id: None, name: None, meta: Map::new(), images: Vec::new(), tokens: TokenMemo::default() }

@@ -9,6 +9,6 @@ mod message;
 mod session;
 mod store;
 
-pub use message::{COMMAND_MARKER, FunctionCall, ImagePart, Message, Role, THINKING_BLOCKS, TokenMemo, ToolCall};
+pub use message::{CHANNEL_DELIVERY, COMMAND_MARKER, FunctionCall, ImagePart, Message, Role, THINKING_BLOCKS, TokenMemo, ToolCall};
 pub use session::{LAST_PROMPT_TOKENS, LAST_PROMPT_TOKENS_BOUND, MIN_RECENT_MESSAGES, PENDING_USER_TURN, RUNTIME_CHECKPOINT, Session};
 pub use store::{JsonlStore, METADATA_RECORDS_BEFORE_REWRITE, SessionError, SessionStore, decode_key, encode_key};

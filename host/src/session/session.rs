@@ -120,6 +120,9 @@ impl Session {
             while start > 0 && visible[start].role != Role::User {
                 start -= 1;
             }
+            if start > 0 && is_delivery(visible[start - 1]) {
+                start -= 1;
+            }
         }
         start = start.max(visible.len().saturating_sub(max_messages.max(1)));
         let mut tail = &visible[start..];
@@ -149,16 +152,23 @@ impl Session {
     }
 }
 
-/// Skips to the first user message; with none, drops leading tool results
-/// whose call is not in the slice.
+/// Skips to the first user message (or the proactive delivery just before
+/// it, which the user may be answering); with none, drops leading tool
+/// results whose call is not in the slice.
 fn start_at_user<'a>(messages: &'a [&'a Message]) -> &'a [&'a Message] {
     match messages.iter().position(|m| m.role == Role::User) {
+        Some(i) if i > 0 && is_delivery(messages[i - 1]) => &messages[i - 1..],
         Some(i) => &messages[i..],
         None => {
             let skip = messages.iter().take_while(|m| m.role == Role::Tool).count();
             &messages[skip..]
         }
     }
+}
+
+/// A proactive delivery row (`_channel_delivery`).
+fn is_delivery(message: &Message) -> bool {
+    message.role == Role::Assistant && message.meta.get(super::message::CHANNEL_DELIVERY) == Some(&Value::Bool(true))
 }
 
 /// Attachments become text the model can act on: `[attachment: path]`.
@@ -226,6 +236,22 @@ mod tests {
         let h = s.get_history(500, usize::MAX, chars);
         let texts: Vec<&str> = h.iter().map(Message::text).collect();
         assert_eq!(texts, ["hi", "hello"]);
+    }
+
+    #[test]
+    fn a_delivery_the_user_answers_is_replayed_with_the_answer() {
+        let mut s = Session::new("t:1");
+        s.push(Message::assistant("stray reply"));
+        s.push(Message::assistant("Reminder: water the plants.").with_meta(super::super::message::CHANNEL_DELIVERY, true));
+        s.push(Message::user("done, thanks"));
+        s.push(Message::assistant("great"));
+        let texts: Vec<String> = s.get_history(500, usize::MAX, chars).iter().map(|m| m.text().to_string()).collect();
+        assert_eq!(texts, ["Reminder: water the plants.", "done, thanks", "great"]);
+        // An ordinary assistant row before a user message is still cut.
+        let mut plain = Session::new("t:2");
+        plain.push(Message::assistant("stray reply"));
+        plain.push(Message::user("hi"));
+        assert_eq!(plain.get_history(500, usize::MAX, chars)[0].text(), "hi");
     }
 
     #[test]

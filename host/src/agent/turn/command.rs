@@ -72,6 +72,11 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
             ctx.follow_up = Some(super::FollowUp::Dream);
             return Ok(TurnEvent::Shortcut);
         }
+        Parsed::Known(Command::DreamLog) => core.dream.log_text(),
+        Parsed::Known(Command::DreamRestore) => match commands::args(&ctx.inbound.content).trim_start_matches('#').parse::<u64>() {
+            Ok(number) => core.dream.restore(number),
+            Err(_) => "Usage: /dream-restore <n>, with n a run number from /dream-log.".to_string(),
+        },
         Parsed::Known(Command::New) => {
             let ephemeral = ctx.ephemeral;
             let key = ctx.session_key.clone();
