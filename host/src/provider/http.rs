@@ -432,6 +432,29 @@ pub(crate) async fn read_body(mut response: reqwest::Response, cap: usize, deadl
 // ---------------------------------------------------------------------------
 // Errors
 
+/// Feeds `body` to `decoder` the way [`HttpProvider`] does, `chunk` bytes
+/// per read (to exercise reassembly): the attempt and the text the sink saw.
+#[cfg(test)]
+pub(crate) fn decode_stream<D: StreamDecoder>(mut decoder: D, body: &str, chunk: usize) -> (Attempt, Vec<String>) {
+    use std::sync::{Arc, Mutex};
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink: StreamSink = {
+        let seen = seen.clone();
+        Arc::new(move |piece: &str| seen.lock().unwrap().push(piece.to_string()))
+    };
+    let mut parser = SseParser::default();
+    let mut events: Vec<SseEvent> = body.as_bytes().chunks(chunk).flat_map(|c| parser.push(c)).collect();
+    events.extend(parser.finish());
+    for event in &events {
+        if !decoder.event(event, Some(&sink)) {
+            break;
+        }
+    }
+    let attempt = decoder.finish(None);
+    let seen = seen.lock().unwrap().clone();
+    (attempt, seen)
+}
+
 /// Why a stream that stopped (`interruption`: the read error, `None`: it
 /// ended) is a failure, or `None` when the answer was complete. Shared by
 /// every wire's [`StreamDecoder::finish`], so the wording is the same.

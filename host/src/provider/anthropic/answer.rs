@@ -276,28 +276,10 @@ impl StreamDecoder for AnthropicStream {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use super::*;
-    use crate::provider::sse::SseParser;
 
     fn run_stream(body: &str) -> (Attempt, Vec<String>) {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink: StreamSink = {
-            let seen = seen.clone();
-            Arc::new(move |piece: &str| seen.lock().unwrap().push(piece.to_string()))
-        };
-        let mut parser = SseParser::default();
-        let mut answer = AnthropicStream::default();
-        let mut events: Vec<SseEvent> = body.as_bytes().chunks(5).flat_map(|c| parser.push(c)).collect();
-        events.extend(parser.finish());
-        for event in &events {
-            if !answer.event(event, Some(&sink)) {
-                break;
-            }
-        }
-        let seen = seen.lock().unwrap().clone();
-        (answer.finish(None), seen)
+        crate::provider::http::decode_stream(AnthropicStream::default(), body, 5)
     }
 
     fn sse(events: &[(&str, Value)]) -> String {

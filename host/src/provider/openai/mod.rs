@@ -175,34 +175,17 @@ pub(crate) fn embedded_error(error: &Value, model: &str, endpoint: &str) -> Prov
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     use super::answer::*;
     use super::*;
     use crate::provider::retry::Attempt;
-    use crate::provider::sse::{SseEvent, SseParser};
     use crate::provider::http::http_error;
     use crate::provider::{FinishReason, Provider as _, RetryPolicy, StreamSink, Usage};
 
     fn run_stream(body: &str) -> (Attempt, Vec<String>) {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink: StreamSink = {
-            let seen = seen.clone();
-            Arc::new(move |piece: &str| seen.lock().unwrap().push(piece.to_string()))
-        };
-        let mut parser = SseParser::default();
-        let mut answer = StreamAnswer::default();
         // Three bytes per read, to exercise reassembly.
-        let mut events: Vec<SseEvent> = body.as_bytes().chunks(3).flat_map(|c| parser.push(c)).collect();
-        events.extend(parser.finish());
-        for event in &events {
-            if !answer.event(event, Some(&sink)) {
-                break;
-            }
-        }
-        let attempt = answer.finish(None);
-        let seen = seen.lock().unwrap().clone();
-        (attempt, seen)
+        crate::provider::http::decode_stream(StreamAnswer::default(), body, 3)
     }
 
     #[test]
