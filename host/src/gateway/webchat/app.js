@@ -80,7 +80,12 @@
 
   // ----- inline: one scan, then emphasis resolved on the delimiter list -----
 
+  // Text with none of the characters inline Markdown acts on is only escaped
+  // (most table cells and many lines).
+  const INLINE_SYNTAX = /[\\`*_~[\]<hH\n]/;
+
   function inline(src) {
+    if (!INLINE_SYNTAX.test(src)) return escapeHtml(src);
     const n = src.length;
     // The output: HTML strings, and delimiter runs (objects) whose tags are
     // known only once emphasis is resolved.
@@ -99,8 +104,12 @@
       if (d.next) d.next.prev = d.prev;
       if (top === d) top = d.prev;
     };
-    // `[` openers: {node, bottom: the delimiter seq below the link text, order}.
-    const brackets = [];
+    // `[` openers, as three stacks of numbers (a reply of `[` makes
+    // 100 000 of them): where it is in `nodes`, the delimiter seq below
+    // the link text, and its order.
+    const bracketNode = [];
+    const bracketBottom = [];
+    const bracketOrders = [];
     let bracketOrder = 0;
     let spentBrackets = 0; // openers up to this order are inactive: no links in links
     const autolinks = []; // {node, text}: undone when a link forms around them
@@ -315,19 +324,23 @@
       } else if (c === '[') {
         flush(i);
         nodes.push('[');
-        brackets.push({ node: nodes.length - 1, bottom: top ? top.seq : 0, order: ++bracketOrder });
+        bracketNode.push(nodes.length - 1);
+        bracketBottom.push(top ? top.seq : 0);
+        bracketOrders.push(++bracketOrder);
         plain = ++i;
       } else if (c === ']') {
-        const opener = brackets.pop();
-        const link = opener && opener.order > spentBrackets ? linkTail(i + 1) : null;
+        const openerNode = bracketNode.pop();
+        const openerBottom = bracketBottom.pop();
+        const openerOrder = bracketOrders.pop();
+        const link = openerNode !== undefined && openerOrder > spentBrackets ? linkTail(i + 1) : null;
         if (!link) {
           i++; // no opener, or not a link the page makes: `]` is text
           continue;
         }
         flush(i);
-        nodes[opener.node] = linkTag(link.href);
-        processEmphasis(opener.bottom);
-        while (autolinks.length && autolinks[autolinks.length - 1].node > opener.node) {
+        nodes[openerNode] = linkTag(link.href);
+        processEmphasis(openerBottom);
+        while (autolinks.length && autolinks[autolinks.length - 1].node > openerNode) {
           const inner = autolinks.pop();
           nodes[inner.node] = escapeHtml(inner.text);
         }
