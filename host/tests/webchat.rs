@@ -464,6 +464,11 @@ async fn a_hostile_reply_renders_in_linear_time_escaped_in_a_browser() {
     }
     assert_eq!(r["cases"]["found"], json!({"scripts": 0, "imgs": 0, "iframes": 0}), "{context}");
     assert_eq!(r["cases"]["pwned"], false, "{context}");
+    // 3 000 random Markdown-ish texts (markup, quotes, `javascript:`, raw
+    // tags): only the renderer's own elements and attributes came out, and
+    // links only to http, https or mailto.
+    assert_eq!(r["fuzz"]["count"], 3000, "{context}");
+    assert_eq!(r["fuzz"]["violations"], json!([]), "{context}");
     // A code block's copy button puts the code (as text) on the clipboard.
     assert_eq!(r["copy"], json!({"label": "Copied", "clipboard": "echo \"<copied>\""}), "{context}");
 

@@ -164,6 +164,48 @@ async function run(page) {
     return { outputs: out, found, pwned: window.__pwned !== undefined };
   }, plan.cases);
 
+  step = 'fuzz';
+  // Random Markdown-ish text (seeded, so a failure repeats): whatever the
+  // renderer makes must hold only its own elements and attributes, and a
+  // link only to http, https or mailto.
+  results.fuzz = await page.evaluate((count) => {
+    let seed = 0x5eed;
+    const random = () => {
+      seed = (seed + 0x6d2b79f5) | 0;
+      let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    };
+    const pieces = ['<', '>', '"', "'", '&', '[', ']', '(', ')', '*', '_', '~', '`', '\\', '|', '#', '-', ':', '/', ' ', '\n', '\n\n',
+      '1. ', '- ', '> ', '```', '|---|', 'a', 'b c', 'javascript:', 'JaVaScRiPt:', 'data:', 'http://', 'https://x.test', 'mailto:',
+      '<script>', '</script>', ' onerror=', '<img src=x ', 'x.test', '%0a', '&#106;', '&amp;', '\u2028', '\t', '<https://', '](', '`` '];
+    const allowed = {
+      p: [], br: [], strong: [], em: [], del: [], code: ['class'], pre: [], a: ['href', 'rel', 'target'], h1: [], h2: [], h3: [], h4: [], h5: [], h6: [],
+      ul: [], ol: ['start'], li: [], blockquote: [], hr: [], div: ['class'], button: ['type', 'class', 'title'], table: [], thead: [], tbody: [], tr: [],
+      th: ['class'], td: ['class'],
+    };
+    const violations = [];
+    let worst = 0;
+    for (let k = 0; k < count; k++) {
+      let input = '';
+      const length = 1 + Math.floor(random() * 60);
+      for (let j = 0; j < length; j++) input += pieces[Math.floor(random() * pieces.length)];
+      const started = performance.now();
+      const html = window.chitin.renderMarkdown(input);
+      worst = Math.max(worst, performance.now() - started);
+      const doc = new DOMParser().parseFromString('<body>' + html + '</body>', 'text/html');
+      for (const e of doc.body.querySelectorAll('*')) {
+        const tag = e.tagName.toLowerCase();
+        const bad = !(tag in allowed) ? 'element ' + tag
+          : [...e.attributes].map((x) => x.name).find((name) => !allowed[tag].includes(name))
+          || (tag === 'a' && !/^(https?:\/\/|mailto:)/i.test(e.getAttribute('href')) ? 'href ' + e.getAttribute('href') : null);
+        if (bad) violations.push({ input, bad: tag + ': ' + bad });
+      }
+      if (violations.length > 10) break;
+    }
+    return { count, violations, worst };
+  }, 3000);
+
   step = 'copy button';
   await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base });
   await page.evaluate(() => {
