@@ -33,10 +33,10 @@
   // hand-written parser rather than regular expressions: blocks line by
   // line, then inline text in one left-to-right scan with CommonMark's
   // delimiter and bracket stacks. Every step is a bounded number of passes
-  // over its text; nothing backtracks (the old link pattern did, and took
-  // seconds on a reply of `[` characters). Nesting that would multiply the
-  // work (quotes and lists, parentheses in a link, table columns) has a
-  // fixed limit past which the text stays text.
+  // over its text; nothing backtracks (the old link pattern did: its time
+  // grew with the square of a reply of `[` characters). Nesting that would
+  // multiply the work (quotes and lists, parentheses in a link, table
+  // columns) has a fixed limit past which the text stays text.
   //
   // Safety: every character of the input reaches the output through
   // escapeHtml; the only tags are the ones made here; a link or an
@@ -50,7 +50,7 @@
 
   const MAX_NESTING = 8; // block quotes and lists nested deeper stay text
   const MAX_LINK_PARENS = 16; // ( ) nesting inside a link destination
-  const MAX_TABLE_COLUMNS = 64; // wider "tables" stay text: rows are padded to the header
+  const MAX_TABLE_COLUMNS = 64; // wider "tables" stay text
   const DELIMS = '*_~';
   const ASCII_PUNCT = '!"#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~';
   const HTML_ESCAPES = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
