@@ -78,32 +78,45 @@ function installOldRenderer() {
   window.__oldRenderMarkdown = renderMarkdown;
 }
 
-// In the page: the attack inputs and timers. `time(render, input)` is the
-// best of 7 batches (each as many renders as fill 5 ms, at least one),
-// after a warm-up render: the intrinsic cost, robust to a collection or a
-// busy machine. `once` is one render with its HTML put into a detached
-// element, as the page does, the best of three.
+// In the page: the attack inputs and timers. A `batch` is the mean time
+// of as many renders as fill 5 ms (at least one). `pair` times two inputs
+// in alternating batches (`rounds`, more while under a second) and keeps
+// the best of each: the intrinsic cost, and a busy machine or a
+// collection slows both sizes alike rather than one of them. `once` is
+// one render with its HTML put into a detached element, as the page
+// does, the best of three.
 function installBench() {
+  const batch = (render, input) => {
+    let reps = 0;
+    const started = performance.now();
+    let elapsed = 0;
+    do {
+      render(input);
+      reps++;
+      elapsed = performance.now() - started;
+    } while (elapsed < 5);
+    return elapsed / reps;
+  };
   window.__bench = {
     input(attack, size) {
       if (attack.halves) return attack.halves[0].repeat(size / 2) + attack.halves[1].repeat(size / 2);
       const head = attack.head || '';
       return (head + attack.unit.repeat(Math.ceil(size / attack.unit.length))).slice(0, size);
     },
-    time(render, input) {
+    pair(render, small, large, rounds) {
+      render(small);
+      render(large);
+      let best = [Infinity, Infinity];
+      const started = performance.now();
+      for (let r = 0; r < rounds || (r < 3 * rounds && performance.now() - started < 1000); r++) {
+        best = [Math.min(best[0], batch(render, small)), Math.min(best[1], batch(render, large))];
+      }
+      return best;
+    },
+    time(render, input, rounds) {
       render(input);
       let best = Infinity;
-      for (let batch = 0; batch < 7; batch++) {
-        let reps = 0;
-        const started = performance.now();
-        let elapsed = 0;
-        do {
-          render(input);
-          reps++;
-          elapsed = performance.now() - started;
-        } while (elapsed < 5);
-        best = Math.min(best, elapsed / reps);
-      }
+      for (let r = 0; r < rounds; r++) best = Math.min(best, batch(render, input));
       return best;
     },
     once(render, input) {
@@ -234,18 +247,17 @@ async function run(page) {
       const a = b.input(attack, small);
       const z = b.input(attack, large);
       const result = { name: attack.name, smallLen: a.length, largeLen: z.length };
-      result.newSmall = b.time(render, a);
-      result.newLarge = b.time(render, z);
+      [result.newSmall, result.newLarge] = b.pair(render, a, z, 12);
       result.newLargeOnce = b.once(render, z);
       // The old renderer: the small size, then the large one if the small
       // was quick, else a size four times the small (quadratic: 16x).
-      result.oldSmall = b.time(old, a);
+      result.oldSmall = b.time(old, a, 5);
       result.oldBigLen = result.oldSmall < 20 ? large : small * 4;
       const big = b.input(attack, result.oldBigLen);
       const oldBigStart = performance.now();
       old(big);
       result.oldBig = performance.now() - oldBigStart;
-      result.newAtOldBig = b.time(render, big);
+      result.newAtOldBig = b.time(render, big, 5);
       return result;
     }, { attack, small, large });
     results.attacks.push(r);

@@ -49,14 +49,26 @@
   // <angle> http(s) autolinks, backslash escapes.
 
   const MAX_NESTING = 8; // block quotes and lists nested deeper stay text
-  const MAX_LINK_PARENS = 16; // ( ) nesting inside a link destination
+  const MAX_LINK_PARENS = 8; // ( ) nesting inside a link destination
   const MAX_TABLE_COLUMNS = 64; // wider "tables" stay text
   const DELIMS = '*_~';
   const ASCII_PUNCT = '!"#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~';
-  const HTML_ESCAPES = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+  const HTML_ESCAPES = new Map([['&', '&amp;'], ['<', '&lt;'], ['>', '&gt;'], ['"', '&quot;'], ["'", '&#39;']]);
 
+  // One pass, copying the runs between special characters (a reply of
+  // 100 000 `>` is 100 000 replacements).
   function escapeHtml(s) {
-    return /[&<>"']/.test(s) ? s.replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]) : s;
+    if (!/[&<>"']/.test(s)) return s;
+    let out = '';
+    let last = 0;
+    for (let k = 0; k < s.length; k++) {
+      const entity = HTML_ESCAPES.get(s[k]);
+      if (entity === undefined) continue;
+      if (k > last) out += s.slice(last, k);
+      out += entity;
+      last = k + 1;
+    }
+    return out + s.slice(last);
   }
 
   // The start or the end of the text counts as whitespace (CommonMark).
@@ -72,6 +84,17 @@
   function safeHref(url) {
     const head = url.slice(0, 8).toLowerCase();
     return head.startsWith('https://') || head.startsWith('http://') || head.startsWith('mailto:') ? url : null;
+  }
+
+  // Whether `text` has `scheme` (lower case) at `at`, in any case; no
+  // allocation, as it runs at every `<` and `h` of a reply.
+  function schemeAt(text, at, scheme) {
+    if (at + scheme.length > text.length) return false;
+    for (let k = 0; k < scheme.length; k++) {
+      const c = text.charCodeAt(at + k);
+      if ((c >= 65 && c <= 90 ? c + 32 : c) !== scheme.charCodeAt(k)) return false;
+    }
+    return true;
   }
 
   function linkTag(href) {
@@ -200,8 +223,7 @@
     // A bare http(s) URL at `i` (GFM's extended autolink, trailing
     // punctuation left out): its end, or -1.
     const urlEnd = (i, stopAtGt) => {
-      const head = src.slice(i, i + 8).toLowerCase();
-      const scheme = head.startsWith('https://') ? 8 : head.startsWith('http://') ? 7 : 0;
+      const scheme = schemeAt(src, i, 'https://') ? 8 : schemeAt(src, i, 'http://') ? 7 : 0;
       if (!scheme) return -1;
       let j = i + scheme;
       let opens = 0;
@@ -392,15 +414,17 @@
   }
 
   function isBlank(line) {
-    return line.trim() === '';
+    for (let k = 0; k < line.length; k++) if (line[k] !== ' ' && line[k] !== '\t') return false;
+    return true;
   }
 
   // Leading tabs as spaces (to the next multiple of 4), so indentation
   // is counted in columns.
   function expandTabs(line) {
     let k = 0;
-    while (line[k] === ' ' || line[k] === '\t') k++;
-    if (!line.slice(0, k).includes('\t')) return line;
+    let tabs = false;
+    for (; line[k] === ' ' || line[k] === '\t'; k++) tabs = tabs || line[k] === '\t';
+    if (!tabs) return line;
     let lead = '';
     for (let m = 0; m < k; m++) lead += line[m] === '\t' ? ' '.repeat(4 - (lead.length % 4)) : ' ';
     return lead + line.slice(k);
