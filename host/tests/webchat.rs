@@ -312,3 +312,226 @@ async fn the_event_stream_carries_tool_progress_naming_the_call() {
     let reply = events.iter().find(|e| e["kind"] == "message").unwrap();
     assert_eq!(reply["text"], "echoed");
 }
+
+/// Markdown in → the HTML the page makes, run in the browser. Everything is
+/// escaped; only http, https and mailto become links; no raw HTML, no
+/// `javascript:`, no image is ever loaded.
+const RENDER_CASES: &[(&str, &str)] = &[
+    (
+        "**bold** and *it* and _it_ and ***both*** and ~~gone~~",
+        "<p><strong>bold</strong> and <em>it</em> and <em>it</em> and <em><strong>both</strong></em> and <del>gone</del></p>",
+    ),
+    ("snake_case_name and a * b * c", "<p>snake_case_name and a * b * c</p>"),
+    ("`a<b` and ``x ` y`` and `unclosed", "<p><code>a&lt;b</code> and <code>x ` y</code> and `unclosed</p>"),
+    (
+        "```rust\nfn main() { println!(\"<hi>\"); }\n```",
+        "<div class=\"code-block\"><button type=\"button\" class=\"copy\" title=\"Copy the code\">Copy</button><pre><code class=\"language-rust\">fn main() { println!(&quot;&lt;hi&gt;&quot;); }</code></pre></div>",
+    ),
+    // Mid-stream, an unclosed fence runs to the end.
+    (
+        "```py\nprint(1)",
+        "<div class=\"code-block\"><button type=\"button\" class=\"copy\" title=\"Copy the code\">Copy</button><pre><code class=\"language-py\">print(1)</code></pre></div>",
+    ),
+    (
+        "[a](https://x.test/?q=1&r=2) [b](http://y.test) [m](mailto:me@x.test) [**s**](https://x.test/s)",
+        "<p><a href=\"https://x.test/?q=1&amp;r=2\" rel=\"noopener noreferrer\" target=\"_blank\">a</a> <a href=\"http://y.test\" rel=\"noopener noreferrer\" target=\"_blank\">b</a> <a href=\"mailto:me@x.test\" rel=\"noopener noreferrer\" target=\"_blank\">m</a> <a href=\"https://x.test/s\" rel=\"noopener noreferrer\" target=\"_blank\"><strong>s</strong></a></p>",
+    ),
+    (
+        "[c](javascript:alert(1)) [d](JAVASCRIPT:alert(1)) [e](data:text/html,x) [f](  javascript:x ) [g](<javascript:x>)",
+        "<p>[c](javascript:alert(1)) [d](JAVASCRIPT:alert(1)) [e](data:text/html,x) [f](  javascript:x ) [g](&lt;javascript:x&gt;)</p>",
+    ),
+    (
+        "[x](https://a.test/\"onmouseover=\"alert(1))",
+        "<p><a href=\"https://a.test/&quot;onmouseover=&quot;alert(1)\" rel=\"noopener noreferrer\" target=\"_blank\">x</a></p>",
+    ),
+    (
+        "<script>alert(1)</script> <img src=x onerror=alert(1)> &lt;b&gt;",
+        "<p>&lt;script&gt;alert(1)&lt;/script&gt; &lt;img src=x onerror=alert(1)&gt; &amp;lt;b&amp;gt;</p>",
+    ),
+    (
+        "see https://example.com/a_(b). and <https://x.test/a> but not javascript:alert(1)",
+        "<p>see <a href=\"https://example.com/a_(b)\" rel=\"noopener noreferrer\" target=\"_blank\">https://example.com/a_(b)</a>. and <a href=\"https://x.test/a\" rel=\"noopener noreferrer\" target=\"_blank\">https://x.test/a</a> but not javascript:alert(1)</p>",
+    ),
+    ("![pic](https://x.test/i.png)", "<p>!<a href=\"https://x.test/i.png\" rel=\"noopener noreferrer\" target=\"_blank\">pic</a></p>"),
+    ("\\*not\\* \\<b\\>", "<p>*not* &lt;b&gt;</p>"),
+    ("# Title\n## Sub ##\nline one\nline two", "<h1>Title</h1><h2>Sub</h2><p>line one<br>line two</p>"),
+    ("- one\n- two\n  - nested\n- three", "<ul><li>one</li><li>two<ul><li>nested</li></ul></li><li>three</li></ul>"),
+    ("1. first\n2. second\n\n7) seven", "<ol><li>first</li><li>second</li></ol><ol start=\"7\"><li>seven</li></ol>"),
+    ("- a\n\n- b", "<ul><li><p>a</p></li><li><p>b</p></li></ul>"),
+    ("> quoted **text**\n> more\n\n---", "<blockquote><p>quoted <strong>text</strong><br>more</p></blockquote><hr>"),
+    (
+        "| a | b | c |\n|:--|:-:|--:|\n| 1 | `\\|` | x\\|y |\n| only |",
+        "<div class=\"table\"><table><thead><tr><th class=\"align-left\">a</th><th class=\"align-center\">b</th><th class=\"align-right\">c</th></tr></thead><tbody><tr><td class=\"align-left\">1</td><td class=\"align-center\"><code>|</code></td><td class=\"align-right\">x|y</td></tr><tr><td class=\"align-left\">only</td></tr></tbody></table></div>",
+    ),
+];
+
+/// 100 000 characters built to make a Markdown renderer backtrack or nest:
+/// (name, JSON fields for render.js: `unit` repeated after an optional
+/// `head`, or `halves`).
+fn attacks() -> Vec<Value> {
+    let unit = |name: &str, unit: &str| json!({"name": name, "unit": unit});
+    vec![
+        unit("[ repeated", "["),
+        unit("[a]( repeated", "[a]("),
+        unit("* repeated", "*"),
+        unit("**a repeated", "**a"),
+        unit("backticks repeated", "`"),
+        unit("_ repeated", "_"),
+        json!({"name": "nested brackets", "halves": ["[", "]"]}),
+        json!({"name": "a long line with ](", "head": "[", "unit": "x]("}),
+        unit("]( repeated", "]("),
+        unit("[x](y repeated", "[x](y"),
+        unit("[a](< repeated", "[a](<"),
+        unit("[a](x \" repeated", "[a](x \""),
+        unit("[a](( repeated", "[a](("),
+        unit("` `` alternating", "` ``"),
+        unit("*_ alternating", "*_"),
+        unit("~~a repeated", "~~a"),
+        unit("<http:// repeated", "<http://"),
+        unit("https:// repeated", "https://"),
+        unit("\\ repeated", "\\"),
+        unit("> repeated (nested quotes)", ">"),
+        unit("- repeated (nested lists)", "- "),
+        unit("lines of a", "a\n"),
+        unit("```\\n repeated (fences)", "```\n"),
+        json!({"name": "a wide table's rows", "head": format!("{}|\n{}|\n", "|a".repeat(64), "|-".repeat(64)), "unit": "|x\n"}),
+        unit("valid links", "[a](https://x.test/) "),
+    ]
+}
+
+/// A reply built to stall a renderer: an injection attempt, tens of
+/// thousands of link openers and emphasis runs that never close (so all
+/// of it must come out as text), streamed in 400 deltas.
+fn hostile_reply() -> String {
+    let mut reply = String::from("<script>window.__pwned=1</script><img src=x onerror=\"window.__pwned=1\">");
+    reply.push_str(&"[".repeat(40_000));
+    reply.push_str(&"[a](".repeat(10_000));
+    reply.push_str(&"*".repeat(10_000));
+    reply.push_str(&"~".repeat(5_000));
+    reply.push_str(" HOSTILE-END");
+    reply
+}
+
+/// The renderer is linear: the attack first, on the old renderer (its
+/// regular expressions, verbatim, in the same page), then the new one on
+/// the same 100 000-character inputs, each under 200 ms and growing at
+/// most ~linearly from 10 000 characters; a hostile reply streamed in many
+/// deltas leaves the page answering and is shown as text; and a table of
+/// Markdown → HTML cases, all in Debian's Chromium.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_reply_renders_in_linear_time_escaped_in_a_browser() {
+    require_browser();
+    let reply = hostile_reply();
+    let mock = {
+        let reply = reply.clone();
+        MockLlm::with_handler(move |_, _| MockReply::text(reply.clone())).with_stream_pieces(400).with_chunk_delay(Duration::from_millis(5))
+    };
+    let home = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(home.path(), &mock);
+    let plan = json!({
+        "cases": RENDER_CASES.iter().map(|(input, _)| json!({"input": input})).collect::<Vec<_>>(),
+        "attacks": attacks(),
+        "sizes": [10_000, 100_000],
+        "stream": {"ask": "render this", "final": "HOSTILE-END"},
+    });
+    let plan_file = home.path().join("plan.json");
+    std::fs::write(&plan_file, plan.to_string()).unwrap();
+    let base = gw.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        run_within(Command::new("node").arg(support_dir().join("render.js")).arg(&base).arg(TOKEN).arg(&plan_file).current_dir(support_dir()), Duration::from_secs(300))
+    })
+    .await
+    .unwrap();
+    let text = stdout(&out);
+    let r: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("render.js printed no JSON ({e}): {text}\nstderr: {}", stderr(&out)));
+    let mut shown = r.clone();
+    shown["stream"]["text"] = json!(format!("({} chars)", r["stream"]["text"].as_str().map_or(0, str::len)));
+    shown["cases"]["outputs"] = json!("(checked below)");
+    let context = format!("{shown:#}\ngateway stderr:\n{}", gw.stderr());
+    if std::env::var_os("CHITIN_WEBCHAT_SHOW").is_some() {
+        eprintln!("{context}");
+    }
+    assert!(r["error"].is_null(), "the browser run failed at a step: {context}");
+    assert_eq!(r["lastStep"], "done", "{context}");
+    assert_eq!(r["pageErrors"], json!([]), "{context}");
+
+    // The table of cases, rendered and then put into the live page: nothing
+    // ran, no element but the renderer's own.
+    let outputs = r["cases"]["outputs"].as_array().unwrap();
+    assert_eq!(outputs.len(), RENDER_CASES.len());
+    for ((input, expected), got) in RENDER_CASES.iter().zip(outputs) {
+        assert_eq!(got["html"], *expected, "rendering {input:?}");
+    }
+    assert_eq!(r["cases"]["found"], json!({"scripts": 0, "imgs": 0, "iframes": 0}), "{context}");
+    assert_eq!(r["cases"]["pwned"], false, "{context}");
+    // 3 000 random Markdown-ish texts (markup, quotes, `javascript:`, raw
+    // tags): only the renderer's own elements and attributes came out, and
+    // links only to http, https or mailto.
+    assert_eq!(r["fuzz"]["count"], 3000, "{context}");
+    assert_eq!(r["fuzz"]["violations"], json!([]), "{context}");
+    // A code block's copy button puts the code (as text) on the clipboard.
+    assert_eq!(r["copy"], json!({"label": "Copied", "clipboard": "echo \"<copied>\""}), "{context}");
+
+    let ms = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let attacks = r["attacks"].as_array().unwrap();
+    assert_eq!(attacks.len(), self::attacks().len(), "{context}");
+    let mut report = String::from("attack                     new 10k ms  new 100k ms  ratio  +DOM 100k ms | old size  old 10k ms  old at size ms\n");
+    for a in attacks {
+        report.push_str(&format!(
+            "{:<26} {:>10.3} {:>12.3} {:>6.1} {:>13.3} | {:>8} {:>13.1} {:>11.1}\n",
+            a["name"].as_str().unwrap(),
+            ms(&a["newSmall"]),
+            ms(&a["newLarge"]),
+            ms(&a["newLarge"]) / ms(&a["newSmall"]),
+            ms(&a["newLargeOnce"]),
+            a["oldBigLen"],
+            ms(&a["oldSmall"]),
+            ms(&a["oldBig"]),
+        ));
+    }
+    eprintln!("{report}");
+
+    // First the attack: the old renderer's link pattern backtracks. On `[`
+    // repeated and on nested brackets its time grows far faster than the
+    // input (quadratic: 100x for 10x the text); the new renderer does the
+    // same input many times faster.
+    for name in ["[ repeated", "nested brackets"] {
+        let a = attacks.iter().find(|a| a["name"] == name).unwrap();
+        let growth = a["oldBigLen"].as_f64().unwrap() / a["smallLen"].as_f64().unwrap();
+        let old_ratio = ms(&a["oldBig"]) / ms(&a["oldSmall"]).max(0.1);
+        assert!(old_ratio > 3.0 * growth, "{name}: the old renderer grew {old_ratio:.1}x for {growth}x the text\n{report}");
+        assert!(ms(&a["oldBig"]) > 5.0 * ms(&a["newAtOldBig"]), "{name}: old {} ms vs new {} ms\n{report}", a["oldBig"], a["newAtOldBig"]);
+    }
+    // Then the new renderer: every attack at 100 000 characters renders in
+    // under 200 ms (and under 500 ms with the browser building the DOM of
+    // it), and grows ~linearly from 10 000 (quadratic would be 100x; the
+    // bound is generous for a shared machine).
+    for a in attacks {
+        let name = a["name"].as_str().unwrap();
+        assert_eq!(a["largeLen"], 100_000, "{name}");
+        assert!(ms(&a["newLarge"]) < 200.0, "{name}: {} ms for 100 000 characters\n{report}", a["newLarge"]);
+        assert!(ms(&a["newLargeOnce"]) < 500.0, "{name}: {} ms for 100 000 characters into the DOM\n{report}", a["newLargeOnce"]);
+        let ratio = ms(&a["newLarge"]) / ms(&a["newSmall"]).max(0.05);
+        assert!(ratio < 30.0, "{name}: {ratio:.1}x the time for 10x the text\n{report}");
+    }
+
+    // The stream: the hostile reply reached the page whole, in many deltas
+    // (the attack ran), the page answered every check within a second while
+    // it streamed, rendered less often than deltas came, and showed the
+    // reply as text.
+    let stream = &r["stream"];
+    assert_eq!(mock.request_count(), 1, "{context}");
+    assert!(stream["deltas"].as_u64().unwrap() >= 100, "{context}");
+    assert_eq!(stream["sawPartial"], true, "{context}");
+    assert_eq!(stream["text"].as_str().unwrap(), reply, "the reply is shown whole, as text: {context}");
+    assert_eq!(stream["scripts"], 0, "{context}");
+    assert_eq!(stream["pwned"], false, "{context}");
+    let tags: Vec<&str> = stream["elements"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(tags, ["p"], "{context}");
+    assert!(stream["renders"].as_u64().unwrap() < stream["deltas"].as_u64().unwrap(), "{context}");
+    assert!(stream["pings"].as_u64().unwrap() >= 5, "{context}");
+    assert!(ms(&stream["maxPing"]) < 1000.0, "the page stalled while the reply streamed: {context}");
+    let longest = stream["longTasks"].as_array().unwrap().iter().map(ms).fold(0.0, f64::max);
+    assert!(longest < 500.0, "a {longest} ms task while the reply streamed: {context}");
+    drop(gw);
+}
