@@ -479,6 +479,8 @@ async fn slowloris_heads_are_capped_per_address_and_closed_by_the_header_timeout
     }
     // Each stall's clock starts at or after `attack_started`.
     let first_close = held.iter().map(|e| e.after).min().unwrap();
+    let last_close = held.iter().map(|e| e.after).max().unwrap();
+    eprintln!("slowloris heads: {} held, closed after {first_close:?}..{last_close:?}; {refused} refused at once; client served after {served_after:?}", held.len());
     assert!(served_after < first_close, "the client was served ({served_after:?}) while every stall was still open (first closed after {first_close:?})");
 
     // Keep-alive: one request answered, then silence; the server closes.
@@ -516,6 +518,7 @@ async fn slowloris_bodies_are_cut_off_by_the_body_timeout() {
     assert_eq!(models.status().as_u16(), 200, "served beside the stalled bodies");
     for stall in stalls {
         let ended = stall.await.unwrap();
+        eprintln!("slowloris body: 408 after {:?}, {} body bytes in", ended.after, ended.sent - head.len());
         assert!(ended.answer.starts_with("HTTP/1.1 408"), "{ended:?}");
         assert!(ended.answer.to_ascii_lowercase().contains("connection: close") && ended.answer.contains("body_timeout_secs"), "{ended:?}");
         assert!(ended.sent > head.len() && ended.sent < head.len() + slow.len(), "part of the body went in, not all: {ended:?}");

@@ -459,6 +459,32 @@ mod tests {
         assert_eq!(key(&signature).unwrap().1, 1_700_000_300);
     }
 
+    /// The manifest side: an `ed25519` recipe gets a 300 s window when it
+    /// names none, must sign the timestamp, and keeps its window in range.
+    #[test]
+    fn ed25519_manifests_default_the_window_and_must_sign_the_timestamp() {
+        use crate::plugins::manifest::Manifest;
+        let manifest = |verify: serde_json::Value| {
+            let json = serde_json::json!({"manifest_version": 1, "name": "chat", "version": "1.0.0",
+                "channel": {"receive": ["webhook"], "webhook": {"route": "/events", "verify": verify}}});
+            Manifest::from_json(json.to_string().as_bytes())
+        };
+        let recipe = |extra: serde_json::Value| {
+            let mut verify = serde_json::json!({"kind": "ed25519", "header": "X-Sig", "timestamp_header": "X-Ts", "basestring": "{timestamp}{body}", "public_key": "ab".repeat(32)});
+            verify.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            verify
+        };
+        let parsed = manifest(recipe(serde_json::json!({}))).unwrap();
+        let verify = parsed.channel.unwrap().webhook.unwrap().verify;
+        assert!(matches!(verify, Verify::Ed25519 { window_secs: 300, .. }), "{verify:?}");
+        let unsigned = manifest(recipe(serde_json::json!({"basestring": "{body}"}))).unwrap_err().to_string();
+        assert!(unsigned.contains("basestring") && unsigned.contains("{timestamp}"), "{unsigned}");
+        for window in [0, 3601] {
+            let err = manifest(recipe(serde_json::json!({"window_secs": window}))).unwrap_err().to_string();
+            assert!(err.contains("window_secs"), "{err}");
+        }
+    }
+
     #[test]
     fn replays_are_remembered_until_answered_and_forgotten_on_failure() {
         let replays = Replays::default();
