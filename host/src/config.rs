@@ -36,6 +36,9 @@ pub enum ConfigError {
     /// `auth_token = ""` on an address other machines can reach.
     #[error("config [gateway] auth_token = \"\" turns authentication off, which is allowed only on a loopback listen address; listen is {listen}. Set a token (auth_token = \"${{CHITIN_GATEWAY_TOKEN}}\")")]
     GatewayOpen { listen: std::net::SocketAddr },
+    /// A `[gateway]` server limit or allowed host is out of range.
+    #[error("config [gateway] {key}: {message}")]
+    GatewayLimit { key: &'static str, message: String },
     /// Neither `$CHITIN_HOME` nor a home directory is known.
     #[error("cannot find a data dir: set CHITIN_HOME or HOME")]
     NoHome,
@@ -222,13 +225,52 @@ pub struct GatewayConfig {
     /// it is unset. `""` turns authentication off, accepted only when
     /// `listen` is a loopback address.
     pub auth_token: String,
+    /// Seconds a client has to send a whole request head, counted from the
+    /// connection's open or, on a keep-alive connection, from the end of
+    /// the previous response: it is also the keep-alive idle limit (hyper
+    /// runs its header timer from the moment a connection goes idle).
+    pub header_timeout_secs: u64,
+    /// Seconds a request body may take to arrive in full (API, web chat
+    /// and webhook bodies alike); 408 and the connection closed past it.
+    pub body_timeout_secs: u64,
+    /// Connections open at once; lowered further when the open-file limit
+    /// (`ulimit -n`) would not hold them. One over the cap is closed at once.
+    pub max_connections: usize,
+    /// Connections open at once from one remote address.
+    pub max_connections_per_address: usize,
+    /// With `auth_token = ""` only: `Host` values served besides the listen
+    /// address and `localhost:PORT` (`name` matches any port, `name:port`
+    /// that port only). Guards against DNS rebinding.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for GatewayConfig {
     fn default() -> Self {
-        GatewayConfig { listen: std::net::SocketAddr::from(([127, 0, 0, 1], 8790)), auth_token: format!("${{{GATEWAY_TOKEN_VAR}}}") }
+        GatewayConfig {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 8790)),
+            auth_token: format!("${{{GATEWAY_TOKEN_VAR}}}"),
+            header_timeout_secs: 10,
+            body_timeout_secs: 30,
+            max_connections: 256,
+            max_connections_per_address: 32,
+            allowed_hosts: Vec::new(),
+        }
     }
 }
+
+/// The gateway server's limits, checked ([`GatewayConfig::server_limits`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerLimits {
+    pub header_timeout: std::time::Duration,
+    pub body_timeout: std::time::Duration,
+    pub max_connections: usize,
+    pub max_connections_per_address: usize,
+    /// Lowercased `allowed_hosts`.
+    pub allowed_hosts: Vec<String>,
+}
+
+/// Longest timeout a `[gateway]` key accepts.
+pub const MAX_GATEWAY_TIMEOUT_SECS: u64 = 3600;
 
 /// How the gateway's API authenticates.
 #[derive(Clone, PartialEq, Eq)]
@@ -264,6 +306,47 @@ impl GatewayConfig {
             Err(ConfigError::MissingVariable { variable, .. }) => Err(ConfigError::GatewayNoToken { variable }),
             Err(e) => Err(e),
         }
+    }
+
+    /// The server limits, each in range: timeouts 1 to
+    /// [`MAX_GATEWAY_TIMEOUT_SECS`], connection caps at least 1 (the
+    /// per-address cap at most the total), allowed hosts bare `name` or
+    /// `name:port` (no scheme, path or spaces).
+    pub fn server_limits(&self) -> Result<ServerLimits, ConfigError> {
+        let timeout = |key: &'static str, secs: u64| {
+            if (1..=MAX_GATEWAY_TIMEOUT_SECS).contains(&secs) {
+                Ok(std::time::Duration::from_secs(secs))
+            } else {
+                Err(ConfigError::GatewayLimit { key, message: format!("{secs} is out of range; use 1 to {MAX_GATEWAY_TIMEOUT_SECS} seconds") })
+            }
+        };
+        if self.max_connections == 0 {
+            return Err(ConfigError::GatewayLimit { key: "max_connections", message: "must be at least 1".into() });
+        }
+        if self.max_connections_per_address == 0 || self.max_connections_per_address > self.max_connections {
+            return Err(ConfigError::GatewayLimit {
+                key: "max_connections_per_address",
+                message: format!("{} is out of range; use 1 to max_connections ({})", self.max_connections_per_address, self.max_connections),
+            });
+        }
+        let mut allowed_hosts = Vec::with_capacity(self.allowed_hosts.len());
+        for host in &self.allowed_hosts {
+            let valid = !host.is_empty() && host.len() <= 255 && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b));
+            if !valid {
+                return Err(ConfigError::GatewayLimit {
+                    key: "allowed_hosts",
+                    message: format!("{host:?} is not a host name: write `name` or `name:port` as a browser sends it in `Host` (no scheme, no path)"),
+                });
+            }
+            allowed_hosts.push(host.to_ascii_lowercase());
+        }
+        Ok(ServerLimits {
+            header_timeout: timeout("header_timeout_secs", self.header_timeout_secs)?,
+            body_timeout: timeout("body_timeout_secs", self.body_timeout_secs)?,
+            max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address,
+            allowed_hosts,
+        })
     }
 }
 
@@ -692,6 +775,30 @@ mod tests {
         assert_eq!(parse("[gateway]\nlisten = \"[::1]:0\"\nauth_token = \"literal\"\n").auth().unwrap(), GatewayAuth::Token("literal".into()));
         assert!(Config::parse("[gateway]\nlisten = \"nowhere\"\n", Path::new("c.toml")).unwrap_err().to_string().contains("listen"));
         assert!(Config::parse("[channels.telegram]\nenabled = true\n", Path::new("c.toml")).is_ok(), "channels are kept for later");
+    }
+
+    #[test]
+    fn gateway_server_limits_have_defaults_and_ranges() {
+        let parse = |text: &str| Config::parse(text, Path::new("c.toml")).unwrap().gateway;
+        let limits = parse("").server_limits().unwrap();
+        assert_eq!((limits.header_timeout.as_secs(), limits.body_timeout.as_secs()), (10, 30));
+        assert_eq!((limits.max_connections, limits.max_connections_per_address), (256, 32));
+        let custom = parse("[gateway]\nheader_timeout_secs = 2\nmax_connections = 8\nmax_connections_per_address = 8\nallowed_hosts = [\"Chitin.Lan\", \"box:8790\"]\n");
+        let limits = custom.server_limits().unwrap();
+        assert_eq!(limits.header_timeout.as_secs(), 2);
+        assert_eq!(limits.allowed_hosts, ["chitin.lan", "box:8790"]);
+        for (text, key) in [
+            ("header_timeout_secs = 0", "header_timeout_secs"),
+            ("body_timeout_secs = 3601", "body_timeout_secs"),
+            ("max_connections = 0", "max_connections"),
+            ("max_connections_per_address = 300", "max_connections_per_address"),
+            ("allowed_hosts = [\"http://evil\"]", "allowed_hosts"),
+            ("allowed_hosts = [\"\"]", "allowed_hosts"),
+        ] {
+            let err = parse(&format!("[gateway]\n{text}\n")).server_limits().unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+        assert!(Config::parse("[gateway]\nidle_secs = 5\n", Path::new("c.toml")).is_err(), "unknown keys are refused");
     }
 
     #[test]

@@ -822,6 +822,74 @@ fn a_failed_webhook_step_answers_500_and_the_retry_the_components_respond() {
     assert!(!err.contains("echo-secret-77"), "the secret is in the log");
 }
 
+/// Sends `head`, then `body` a byte a second, over plain TCP; returns what
+/// the server answered, how many body bytes went in, and when it closed.
+fn trickle_request(addr: &str, head: &str, body: &[u8]) -> (String, usize, Duration) {
+    use std::io::{Read, Write};
+    let started = std::time::Instant::now();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let (mut answer, mut sent, mut buf) = (Vec::new(), 0, [0u8; 4096]);
+    loop {
+        assert!(started.elapsed() < Duration::from_secs(30), "the server held the trickled request");
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                if sent < body.len() && stream.write_all(&body[sent..sent + 1]).is_ok() {
+                    sent += 1;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    (String::from_utf8_lossy(&answer).into_owned(), sent, started.elapsed())
+}
+
+/// Issue 18 (5): a webhook body is unauthenticated until it is whole, so it
+/// must arrive within the body timeout. First a request sent at once
+/// reaches the component and the model; then the same kind of request,
+/// with the right secret, whose body trickles in a byte a second is cut off
+/// with 408 within the timeout and never reaches the component; a request
+/// after it is served (so the cut-off one would have run before it).
+#[test]
+fn a_webhook_body_trickled_slowly_is_cut_off_before_the_component() {
+    const BODY_TIMEOUT: u64 = 2;
+    let home = tempfile::tempdir().unwrap();
+    install(home.path());
+    let mock = MockLlm::with_handler(|_, _| MockReply::text("pong"));
+    let config = config(1, "\"*\"")
+        .replace("[gateway]\n", &format!("[gateway]\nbody_timeout_secs = {BODY_TIMEOUT}\n"))
+        .replace("greeting = \"hi\"\n", &format!("greeting = \"hi\"\nmode = \"webhook\"\npublic_url = \"{PUBLIC_URL}\"\nwebhook_secret = \"${{ECHO_TEST_WEBHOOK_SECRET}}\"\n"));
+    std::fs::write(home.path().join("config.toml"), &config).unwrap();
+    let mut cmd = chitin(home.path(), &["gateway"]);
+    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("ECHO_TEST_TOKEN", TOKEN).env("ECHO_TEST_WEBHOOK_SECRET", "echo-secret-77").env("RUST_LOG", "chitin=info");
+    let gw = Gateway::spawn(cmd);
+    gw.wait_for("the webhook route", || gw.stderr().contains("webhook route /webhooks/echo/echo"));
+    let seen = |sentinel: &str| mock.requests().iter().any(|r| r.to_string().contains(sentinel));
+    let post = |body: &str| -> u16 {
+        block_on(async { reqwest::Client::new().post(gw.url("/webhooks/echo/echo")).header("X-Echo-Secret", "echo-secret-77").body(body.to_string()).send().await.unwrap().status().as_u16() })
+    };
+    assert_eq!(post(r#"{"updates":[{"id":5,"text":"TRICKLE-1"}]}"#), 200);
+    gw.wait_for("the prompt request's turn", || seen("TRICKLE-1"));
+
+    let addr = gw.base().strip_prefix("http://").unwrap().to_string();
+    let body = br#"{"updates":[{"id":6,"text":"TRICKLE-2"}]}"#;
+    let head = format!("POST /webhooks/echo/echo HTTP/1.1\r\nHost: {addr}\r\nX-Echo-Secret: echo-secret-77\r\nContent-Length: {}\r\n\r\n", body.len());
+    let (answer, sent, after) = trickle_request(&addr, &head, body);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(sent > 0 && sent < body.len(), "part of the body went in, not all: {sent} of {}", body.len());
+    assert!(after >= Duration::from_secs(BODY_TIMEOUT) && after <= Duration::from_secs(BODY_TIMEOUT + 3), "{after:?}");
+
+    assert_eq!(post(r#"{"updates":[{"id":7,"text":"TRICKLE-3"}]}"#), 200);
+    gw.wait_for("the request after it", || seen("TRICKLE-3"));
+    let err = gw.terminate();
+    assert!(!seen("TRICKLE-2"), "the trickled body never reached the component or the model");
+    assert!(err.contains("webhook request refused (408)"), "{err}");
+    assert_eq!(mock.request_count(), 2, "{err}");
+}
+
 /// The replies a chat got: sent messages other than the turn's progress
 /// message (its lines start with `↳` or `…`, see `channels::progress`).
 fn replies(telegram: &chitin::testing::MockTelegram) -> Vec<chitin::testing::SentMessage> {
@@ -1087,16 +1155,28 @@ fn hmac_and_ed25519_signed_webhooks_through_the_gateway() {
     replayed[1].1 = (now + 5).to_string();
     assert_eq!(post("/webhooks/discordy/echo", body, replayed).0, 401, "the timestamp is signed too");
     assert_eq!(post("/webhooks/discordy/echo", body, vec![("X-Signature-Ed25519", "zz".into()), ("X-Signature-Timestamp", now.to_string())]).0, 401);
+    // Issue 18 (7): correctly signed, but two days ago (the manifest names
+    // no window: 300 s by default).
+    let two_days = now - 2 * 86_400;
+    assert_eq!(post("/webhooks/discordy/echo", body, ed(&signer, two_days, body)).0, 401, "a replay of an old signed request");
     assert_eq!(mock.request_count(), 1, "only the signed hmac request reached the model");
     let (status, answer) = post("/webhooks/discordy/echo", body, ed(&signer, now, body));
     assert_eq!((status, answer.as_str()), (200, "ok"));
     gw.wait_for("the ed25519 channel's reply", || delivered(&gw.stderr()) == 2);
+
+    // Replays inside the window: answered 200, passed on to nobody.
+    let hmac_body = r#"{"updates":[{"id":1,"text":"signed hello"}]}"#;
+    assert_eq!(post("/webhooks/slacky/echo", hmac_body, slack(hmac(SIGNING_SECRET, now, hmac_body), now)), (200, String::new()));
+    let upper: Vec<(&str, String)> = ed(&signer, now, body).into_iter().map(|(n, v)| (n, v.to_uppercase())).collect();
+    assert_eq!(post("/webhooks/discordy/echo", body, upper), (200, String::new()), "the same signature in upper-case hex");
     let err = gw.terminate();
+    assert_eq!(err.matches("replay of one already answered").count(), 2, "{err}");
+    assert_eq!(delivered(&err), 2, "the replays reached no component: {err}");
 
     assert_eq!(mock.request_count(), 2);
     let asked = serde_json::to_string(&mock.requests()).unwrap();
     assert!(asked.contains("signed hello") && asked.contains("signed by ed25519") && !asked.contains("tampered"), "{asked}");
-    assert_eq!(err.matches("webhook request refused (401)").count(), 7, "{err}");
+    assert_eq!(err.matches("webhook request refused (401)").count(), 8, "{err}");
     assert!(err.contains("timestamp outside the 300 s window"), "{err}");
     assert!(!err.contains(SIGNING_SECRET), "the signing secret leaked into the log");
 }

@@ -361,3 +361,242 @@ async fn tool_progress_stays_out_of_the_api_stream() {
     assert_eq!(texts(&mock.requests()[1], "tool"), ["hi"], "the tool ran");
     assert!(gw.sigterm().success(), "{}", gw.stderr());
 }
+
+/// The gateway's address as a socket address.
+fn socket_addr(gw: &Gateway) -> std::net::SocketAddr {
+    gw.base().strip_prefix("http://").unwrap().parse().unwrap()
+}
+
+/// `chitin gateway` under `ulimit -n {nofile}` (the shell execs it, so the
+/// limit is the gateway's own), with the same environment as [`Gateway::start`].
+fn start_with_nofile(home: &Path, mock: &MockLlm, config: &str, nofile: u32) -> Gateway {
+    std::fs::write(home.join("config.toml"), format!("[agent]\nmodel = \"test-model\"\n[gateway]\nlisten = \"127.0.0.1:0\"\n{config}")).unwrap();
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c").arg(format!("ulimit -n {nofile} && exec \"$0\" gateway")).arg(CHITIN);
+    cmd.env("CHITIN_HOME", home).env_remove("OPENAI_API_KEY").env_remove("CHITIN_MODEL");
+    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("CHITIN_GATEWAY_TOKEN", TOKEN);
+    Gateway::spawn(cmd)
+}
+
+/// How a hostile connection ended.
+#[derive(Debug)]
+struct Ended {
+    /// From connect to the server's close.
+    after: Duration,
+    /// What the server wrote before closing.
+    answer: String,
+    /// The bytes the client managed to send.
+    sent: usize,
+}
+
+/// Connects from `from` (any 127.0.0.0/8 address: the per-address cap
+/// counts it apart from the test's own 127.0.0.1), writes `head`, then one
+/// byte of `trickle` per second until the server closes the connection (or
+/// `give_up` passes). Never finishes the request on its own.
+async fn trickle(from: std::net::IpAddr, to: std::net::SocketAddr, head: Vec<u8>, slow: Vec<u8>, give_up: Duration) -> Ended {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::new(from, 0)).unwrap();
+    let started = std::time::Instant::now();
+    let stream = socket.connect(to).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let mut sent = 0;
+    if write.write_all(&head).await.is_ok() {
+        sent += head.len();
+    }
+    let reader = tokio::spawn(async move {
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+        answer
+    });
+    let mut next = slow.into_iter();
+    let mut reader = std::pin::pin!(reader);
+    loop {
+        tokio::select! {
+            answer = &mut reader => {
+                return Ended { after: started.elapsed(), answer: String::from_utf8_lossy(&answer.unwrap()).into_owned(), sent };
+            }
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                assert!(started.elapsed() < give_up, "the server held a stalled connection for {give_up:?}");
+                if let Some(byte) = next.next() && write.write_all(&[byte]).await.is_ok() {
+                    sent += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Issue 18 (5): slowloris on heads, under `ulimit -n 128`. 150 connections
+/// from one address each send part of a request head and then a byte a
+/// second: the server takes 32 (its per-address cap) and closes the other
+/// 118 at once with a 503, so descriptors never run out; the 32 are held
+/// (the server really read them) until the header timeout closes them.
+/// Meanwhile an authorized client on another address gets its answers,
+/// a model turn included. A keep-alive connection left idle is closed by
+/// the same timer.
+#[tokio::test(flavor = "multi_thread")]
+async fn slowloris_heads_are_capped_per_address_and_closed_by_the_header_timeout() {
+    const HEADER_TIMEOUT: u64 = 4;
+    let mock = MockLlm::start(vec![MockReply::text("served beside the stalls")]);
+    let home = tempfile::tempdir().unwrap();
+    let gw = start_with_nofile(home.path(), &mock, &format!("header_timeout_secs = {HEADER_TIMEOUT}\n"), 128);
+    let to = socket_addr(&gw);
+    let attacker: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let head = format!("GET /v1/models HTTP/1.1\r\nHost: {to}\r\nAuthorization: Bearer {TOKEN}\r\nX-Slow: ").into_bytes();
+    let attack_started = std::time::Instant::now();
+    let attack: Vec<_> = (0..150).map(|_| tokio::spawn(trickle(attacker, to, head.clone(), vec![b'a'; 60], Duration::from_secs(30)))).collect();
+    // While the stalled connections are open: a real client is served.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let models = client().get(gw.url("/v1/models")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(models.status().as_u16(), 200);
+    let (status, body) = post(&gw, Some("beside"), user("hello under attack")).await;
+    assert_eq!((status, body["choices"][0]["message"]["content"].as_str()), (200, Some("served beside the stalls")), "{body}");
+    let served_after = attack_started.elapsed();
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for ended in attack {
+        let ended = ended.await.unwrap();
+        if ended.answer.starts_with("HTTP/1.1 503") {
+            assert!(ended.answer.contains("max_connections_per_address"), "{ended:?}");
+            assert!(ended.after < Duration::from_secs(2), "refused at once: {ended:?}");
+            refused += 1;
+        } else {
+            held.push(ended);
+        }
+    }
+    assert_eq!((held.len(), refused), (32, 118), "32 held, the rest refused: {held:?}");
+    for ended in &held {
+        assert!(ended.answer.is_empty(), "no answer to a head that never ended: {ended:?}");
+        assert!(ended.sent > head.len(), "the connection was open and read while it trickled: {ended:?}");
+        let limit = Duration::from_secs(HEADER_TIMEOUT);
+        assert!(ended.after >= limit - Duration::from_millis(500) && ended.after <= limit + Duration::from_secs(3), "closed by the header timeout: {ended:?}");
+    }
+    // Each stall's clock starts at or after `attack_started`.
+    let first_close = held.iter().map(|e| e.after).min().unwrap();
+    let last_close = held.iter().map(|e| e.after).max().unwrap();
+    eprintln!("slowloris heads: {} held, closed after {first_close:?}..{last_close:?}; {refused} refused at once; client served after {served_after:?}", held.len());
+    assert!(served_after < first_close, "the client was served ({served_after:?}) while every stall was still open (first closed after {first_close:?})");
+
+    // Keep-alive: one request answered, then silence; the server closes.
+    let idle = trickle("127.0.0.3".parse().unwrap(), to, format!("GET /v1/models HTTP/1.1\r\nHost: {to}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n").into_bytes(), Vec::new(), Duration::from_secs(30)).await;
+    assert!(idle.answer.starts_with("HTTP/1.1 200"), "{idle:?}");
+    assert!(idle.after >= Duration::from_secs(HEADER_TIMEOUT) - Duration::from_millis(500) && idle.after <= Duration::from_secs(HEADER_TIMEOUT + 3), "{idle:?}");
+
+    let err = gw.stderr();
+    assert!(err.contains("at most 64 connections (not 256): the open-file limit is 128"), "{err}");
+    assert!(!err.contains("accept failed") && !err.contains("Too many open files"), "descriptors never ran out: {err}");
+    assert!(err.matches("over a cap since the last report").count() <= 2, "refusals are summarised, not logged one by one: {err}");
+}
+
+/// Issue 18 (5): slowloris on bodies. First the same request sent at once
+/// runs a turn (the model sees its sentinel); then five POSTs whose bodies
+/// arrive a byte a second are answered 408 and closed within the body
+/// timeout, and the model never sees their sentinel. An authorized client
+/// is served meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn slowloris_bodies_are_cut_off_by_the_body_timeout() {
+    const BODY_TIMEOUT: u64 = 3;
+    let mock = MockLlm::with_handler(|_, _| MockReply::text("ok"));
+    let home = tempfile::tempdir().unwrap();
+    let gw = start_with_nofile(home.path(), &mock, &format!("body_timeout_secs = {BODY_TIMEOUT}\n"), 128);
+    let to = socket_addr(&gw);
+    let (status, body) = post(&gw, None, user("FAST-BODY-SENTINEL")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(mock.requests()[0].to_string().contains("FAST-BODY-SENTINEL"), "sent at once, the request runs a turn");
+
+    let slow = user("SLOW-BODY-SENTINEL").to_string().into_bytes();
+    let head = format!("POST /v1/chat/completions HTTP/1.1\r\nHost: {to}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", slow.len());
+    let stalls: Vec<_> = (0..5).map(|_| tokio::spawn(trickle("127.0.0.2".parse().unwrap(), to, head.clone().into_bytes(), slow.clone(), Duration::from_secs(30)))).collect();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let models = client().get(gw.url("/v1/models")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(models.status().as_u16(), 200, "served beside the stalled bodies");
+    for stall in stalls {
+        let ended = stall.await.unwrap();
+        eprintln!("slowloris body: 408 after {:?}, {} body bytes in", ended.after, ended.sent - head.len());
+        assert!(ended.answer.starts_with("HTTP/1.1 408"), "{ended:?}");
+        assert!(ended.answer.to_ascii_lowercase().contains("connection: close") && ended.answer.contains("body_timeout_secs"), "{ended:?}");
+        assert!(ended.sent > head.len() && ended.sent < head.len() + slow.len(), "part of the body went in, not all: {ended:?}");
+        assert!(ended.after >= Duration::from_secs(BODY_TIMEOUT) && ended.after <= Duration::from_secs(BODY_TIMEOUT + 3), "{ended:?}");
+    }
+    assert_eq!(mock.request_count(), 1, "no trickled body reached the model");
+    assert!(!mock.requests().iter().any(|r| r.to_string().contains("SLOW-BODY-SENTINEL")));
+}
+
+/// Issue 18 (6): without a token, a web page the user visits may send
+/// "simple" cross-site requests (a `text/plain` POST needs no preflight)
+/// and, by DNS rebinding, read the gateway under its own name. First the
+/// same requests without a foreign `Origin` run turns (the model sees the
+/// sentinels) and the history is readable; then with `Origin:
+/// https://evil.example` (or `Sec-Fetch-Site: cross-site`) they are refused
+/// (403) and nothing reaches the model, and every route refuses a `Host`
+/// that does not name the gateway. `allowed_hosts` names one more.
+#[tokio::test(flavor = "multi_thread")]
+async fn auth_less_mode_refuses_cross_site_writes_and_foreign_hosts() {
+    let mock = MockLlm::with_handler(|_, _| MockReply::text("ok"));
+    let home = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(home.path(), &mock, "auth_token = \"\"\nallowed_hosts = [\"chitin.test\"]\n");
+    let port = socket_addr(&gw).port();
+    let seen = |sentinel: &str| mock.requests().iter().any(|r| r.to_string().contains(sentinel));
+    let plain = |path: &str, body: Value, origin: Option<&str>| {
+        let mut request = client().post(gw.url(path)).header("content-type", "text/plain").body(body.to_string());
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.send()
+    };
+    // The API: a text/plain POST runs a turn...
+    let response = plain("/v1/chat/completions", user("CSRF-API-1"), None).await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert!(seen("CSRF-API-1"), "without a foreign Origin the request runs a turn");
+    // ...but not from another origin.
+    let count = mock.request_count();
+    for origin in ["https://evil.example", "null", &format!("http://evil.example:{port}")] {
+        let refused = plain("/v1/chat/completions", user("CSRF-API-2"), Some(origin)).await.unwrap();
+        assert_eq!(refused.status().as_u16(), 403, "{origin}");
+        let body: Value = refused.json().await.unwrap();
+        assert_error_shape(&body);
+        assert_eq!(body["error"]["code"], "forbidden_origin");
+    }
+    let marked = client().post(gw.url("/v1/chat/completions")).header("sec-fetch-site", "cross-site").body(user("CSRF-API-2").to_string()).send().await.unwrap();
+    assert_eq!(marked.status().as_u16(), 403);
+    assert_eq!(mock.request_count(), count, "nothing reached the model");
+
+    // The web chat: the same.
+    let send = |text: &str| json!({"session": "csrf", "text": text});
+    assert_eq!(plain("/chat/send", send("CSRF-WEB-1"), None).await.unwrap().status().as_u16(), 202);
+    gw.wait_for("the web turn", || seen("CSRF-WEB-1"));
+    let refused = plain("/chat/send", send("CSRF-WEB-2"), Some("https://evil.example")).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+    assert!(refused.text().await.unwrap().contains("evil.example"), "the refusal names the origin");
+    assert_eq!(plain("/chat/stop", json!({"session": "csrf"}), Some("https://evil.example")).await.unwrap().status().as_u16(), 403);
+    // The page's own origin is served; its turn comes after the refused one
+    // would have, so once it is seen the refused one never ran.
+    assert_eq!(plain("/chat/send", send("CSRF-WEB-3"), Some(&format!("http://127.0.0.1:{port}"))).await.unwrap().status().as_u16(), 202);
+    gw.wait_for("the same-origin web turn", || seen("CSRF-WEB-3"));
+    assert!(!seen("CSRF-WEB-2"), "the cross-site message never reached the model");
+
+    // DNS rebinding: the history reads under the gateway's own names...
+    let history = |host: &str| client().get(gw.url("/chat/history?session=csrf")).header("host", host).send();
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("chitin.test:{port}")] {
+        let response = history(&host).await.unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{host}");
+        assert!(response.text().await.unwrap().contains("CSRF-WEB-1"), "{host}");
+    }
+    // ...and under no other, on any route.
+    let response = history(&format!("evil.example:{port}")).await.unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let text = response.text().await.unwrap();
+    assert!(!text.contains("CSRF-WEB-1") && text.contains("DNS rebinding"), "{text}");
+    for path in ["/", "/chat/app.js", "/chat/sessions", "/v1/models"] {
+        let response = client().get(gw.url(path)).header("host", format!("evil.example:{port}")).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 403, "{path}");
+    }
+    let err = gw.stderr();
+    assert!(err.contains("request refused (403)"), "{err}");
+}

@@ -535,3 +535,51 @@ async fn a_hostile_reply_renders_in_linear_time_escaped_in_a_browser() {
     assert!(longest < 500.0, "a {longest} ms task while the reply streamed: {context}");
     drop(gw);
 }
+
+/// Issue 18 (6): the web chat of a gateway without a token, in a real
+/// browser. On its own origin the page works (no token asked; its POSTs
+/// carry its own `Origin`, which the gateway accepts). A page on a foreign
+/// origin (another port of 127.0.0.1) then sends what an attacker's page
+/// would: a `no-cors` text/plain POST to `/chat/send`, which the browser
+/// really sends (the gateway logs it, naming the origin) and the gateway
+/// refuses before the bus, so the model never sees its sentinel; and a
+/// read of the history, which the browser does not let it see.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_token_the_page_works_and_a_foreign_page_cannot_post() {
+    require_browser();
+    let mock = mock();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("config.toml"), "[agent]\nmodel = \"test-model\"\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n").unwrap();
+    let mut cmd = chitin(home.path(), &["gateway"]);
+    cmd.env("OPENAI_BASE_URL", mock.base_url());
+    let gw = Gateway::spawn(cmd);
+    // The foreign site: any other origin on loopback; the mock LLM's own
+    // listener serves as one (what it answers for `/` does not matter).
+    let foreign = mock.base_url().trim_end_matches("/v1").to_string();
+    let base = gw.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        run_within(Command::new("node").arg(support_dir().join("authless.js")).arg(&base).arg(&foreign).current_dir(support_dir()), Duration::from_secs(120))
+    })
+    .await
+    .unwrap();
+    let text = stdout(&out);
+    let r: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("authless.js printed no JSON ({e}): {text}\nstderr: {}", stderr(&out)));
+    let context = format!("{r:#}\ngateway stderr:\n{}", gw.stderr());
+    assert!(r["error"].is_null(), "the browser run failed at a step: {context}");
+    assert_eq!(r["lastStep"], "done", "{context}");
+    assert_eq!(r["pageErrors"], json!([]), "{context}");
+    assert_eq!(r["loginHidden"], true, "no token is asked for: {context}");
+    assert_eq!(r["replied"], true, "{context}");
+    let said: Vec<String> = mock.requests().iter().map(last_user).collect();
+    assert!(said.iter().any(|s| s.contains("SAME-ORIGIN-SENTINEL")), "the page's own message ran a turn: {said:?}");
+    // The cross-site POST was sent (an opaque answer) and reached the
+    // gateway, which refused it naming the foreign origin.
+    assert_eq!(r["foreign"]["sendType"], "opaque", "{context}");
+    let err = gw.stderr();
+    let refusal = err.lines().find(|l| l.contains("request refused (403)") && l.contains("/chat/send")).unwrap_or_else(|| panic!("the cross-site POST never reached the gateway: {context}"));
+    assert!(refusal.contains("http://127.0.0.1:"), "{refusal}");
+    assert!(r["foreign"]["history"].is_null() && r["foreign"]["historyError"].is_string(), "the foreign page cannot read the history: {context}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let said: Vec<String> = mock.requests().iter().map(last_user).collect();
+    assert!(!said.iter().any(|s| s.contains("CROSS-SITE-SENTINEL")), "the cross-site message reached the model: {said:?}");
+}

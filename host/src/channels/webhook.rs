@@ -8,10 +8,18 @@
 //! ([`Routes::handle`]):
 //! 1. caps the body at [`MAX_WEBHOOK_BODY`] (413 past it, read no further);
 //! 2. runs the manifest's [`Verify`] recipe with the secret from the config
-//!    ([`Verifier`]); a wrong or missing signature is 401 with an empty
-//!    body, logged with the channel and the reason only (never the secret
-//!    nor the presented value), and nothing reaches the component, the bus
-//!    or the model;
+//!    ([`Verifier`]); a wrong or missing signature, or a signed timestamp
+//!    outside the recipe's window (300 s unless the manifest says
+//!    otherwise), is 401 with an empty body, logged with the channel and
+//!    the reason only (never the secret nor the presented value), and
+//!    nothing reaches the component, the bus or the model;
+//! 2b. for signed recipes, refuses a replay inside the window: a signature
+//!    already answered 2xx is answered 200 again without reaching the
+//!    component ([`Replays`]); one still being answered gets 503. Together
+//!    with the window this makes every signed request count once. A
+//!    `header-secret` request has no signature to remember (its replayer
+//!    holds the secret itself); the channel's dedup of event ids (e.g.
+//!    Telegram's `update_id`) is its replay defence;
 //! 3. hands the verified request to the channel's task ([`WebhookCall`]),
 //!    which runs `on-webhook` under the same rules as a poll step (one
 //!    transport callback at a time, commit 1 → publish → commit 2, dedup,
@@ -43,6 +51,11 @@ pub const QUEUE: usize = 64;
 
 /// How long a request waits for its channel's answer before 503.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+
+/// Signatures remembered per route (a platform sending more than this many
+/// signed requests per window has the oldest forgotten first; only the
+/// platform can sign, so only it can fill the table).
+pub const MAX_REMEMBERED_SIGNATURES: usize = 4096;
 
 /// The mount path of channel `name`'s `route`.
 pub fn mount_path(name: &str, route: &str) -> String {
@@ -144,8 +157,12 @@ impl Verifier {
                 // `verify_slice` compares in constant time.
                 mac.verify_slice(&signature).map_err(|_| VerifyError::Mismatch(name.clone()))
             }
-            Verify::Ed25519 { header: name, timestamp_header, basestring: template, public_key } => {
+            Verify::Ed25519 { header: name, timestamp_header, basestring: template, window_secs, public_key } => {
                 let timestamp = header(headers, timestamp_header)?;
+                let at: i64 = timestamp.trim().parse().map_err(|_| VerifyError::Malformed(timestamp_header.clone()))?;
+                if (now - at).unsigned_abs() > u64::from(*window_secs) {
+                    return Err(VerifyError::Stale(*window_secs));
+                }
                 let given = header(headers, name)?;
                 let signature: [u8; 64] = hex_decode(given).and_then(|b| b.try_into().ok()).ok_or_else(|| VerifyError::Malformed(name.clone()))?;
                 // Validated as 64 hex digits when the manifest was loaded.
@@ -154,6 +171,73 @@ impl Verifier {
                 let signature = ed25519_dalek::Signature::from_bytes(&signature);
                 key.verify_strict(&basestring(template, timestamp, body), &signature).map_err(|_| VerifyError::Mismatch(name.clone()))
             }
+        }
+    }
+}
+
+impl Verifier {
+    /// For a signed recipe, what identifies a verified request for replay
+    /// checks: the digest of its signature's bytes (the signature covers
+    /// the timestamp and the body; hex case does not matter), and when that
+    /// signature's window closes (Unix seconds). `None` for `header-secret`.
+    /// Call only after [`Verifier::verify`] accepted `headers`.
+    pub fn replay_key(&self, headers: &[(String, String)]) -> Option<([u8; 32], i64)> {
+        let (name, timestamp_header, window_secs, prefix) = match &self.recipe {
+            Verify::HeaderSecret { .. } => return None,
+            Verify::HmacSha256 { header, timestamp_header, window_secs, signature_prefix, .. } => (header, timestamp_header, window_secs, signature_prefix.as_str()),
+            Verify::Ed25519 { header, timestamp_header, window_secs, .. } => (header, timestamp_header, window_secs, ""),
+        };
+        let at: i64 = header(headers, timestamp_header).ok()?.trim().parse().ok()?;
+        let signature = hex_decode(header(headers, name).ok()?.strip_prefix(prefix)?)?;
+        Some((*blake3::hash(&signature).as_bytes(), at.saturating_add(i64::from(*window_secs))))
+    }
+}
+
+/// Where a signed request already seen stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Handed to the channel, not answered yet.
+    Pending,
+    /// Answered 2xx: a replay is answered 200 and goes no further.
+    Answered,
+}
+
+/// The signatures a route accepted whose window is still open, at most
+/// [`MAX_REMEMBERED_SIGNATURES`].
+#[derive(Default)]
+struct Replays {
+    seen: Mutex<HashMap<[u8; 32], (i64, Seen)>>,
+}
+
+impl Replays {
+    /// Records `key` as pending unless it is known; returns what was known.
+    fn claim(&self, key: [u8; 32], closes: i64, now: i64) -> Option<Seen> {
+        let mut seen = self.seen.lock().expect("webhook replays");
+        if let Some((_, state)) = seen.get(&key) {
+            return Some(*state);
+        }
+        if seen.len() >= MAX_REMEMBERED_SIGNATURES {
+            seen.retain(|_, (closes, _)| *closes >= now);
+            if seen.len() >= MAX_REMEMBERED_SIGNATURES
+                && let Some(oldest) = seen.iter().min_by_key(|(_, (closes, _))| *closes).map(|(k, _)| *k)
+            {
+                seen.remove(&oldest);
+            }
+        }
+        seen.insert(key, (closes, Seen::Pending));
+        None
+    }
+
+    /// The channel answered: remembered when it took the request (2xx),
+    /// forgotten otherwise, so the platform's retry of a failure passes.
+    fn settle(&self, key: [u8; 32], accepted: bool) {
+        let mut seen = self.seen.lock().expect("webhook replays");
+        if accepted {
+            if let Some(entry) = seen.get_mut(&key) {
+                entry.1 = Seen::Answered;
+            }
+        } else {
+            seen.remove(&key);
         }
     }
 }
@@ -168,6 +252,7 @@ struct Route {
     channel: String,
     verifier: Verifier,
     calls: mpsc::Sender<WebhookCall>,
+    replays: Replays,
 }
 
 /// The webhook routes of the running channels; shared by the gateway's
@@ -200,7 +285,7 @@ impl Routes {
     /// requests. A second registration of a path replaces the first.
     pub fn register(&self, path: &str, channel: &str, verifier: Verifier) -> mpsc::Receiver<WebhookCall> {
         let (calls, rx) = mpsc::channel(QUEUE);
-        let route = Arc::new(Route { channel: channel.to_string(), verifier, calls });
+        let route = Arc::new(Route { channel: channel.to_string(), verifier, calls, replays: Replays::default() });
         self.routes.lock().expect("webhook routes").insert(path.to_string(), route);
         rx
     }
@@ -232,26 +317,50 @@ impl Routes {
 
     /// Verifies and dispatches one request whose body was read within
     /// [`MAX_WEBHOOK_BODY`].
-    pub async fn handle(&self, method: HttpMethod, path: &str, query: &str, mut headers: Vec<(String, String)>, body: Vec<u8>) -> Answer {
+    pub async fn handle(&self, method: HttpMethod, path: &str, query: &str, headers: Vec<(String, String)>, body: Vec<u8>) -> Answer {
         let Some((route, rest)) = self.find(path) else { return Answer::NotFound };
-        if let Err(reason) = route.verifier.verify(&headers, &body, chrono::Utc::now().timestamp()) {
+        let now = chrono::Utc::now().timestamp();
+        if let Err(reason) = route.verifier.verify(&headers, &body, now) {
             tracing::warn!(channel = %route.channel, "webhook request refused (401): {reason}");
             return Answer::Response(status(401));
         }
+        let replay_key = route.verifier.replay_key(&headers);
+        if let Some((key, closes)) = replay_key {
+            match route.replays.claim(key, closes, now) {
+                None => {}
+                Some(Seen::Answered) => {
+                    tracing::warn!(channel = %route.channel, "webhook request is a replay of one already answered: answered 200, not passed on");
+                    return Answer::Response(status(200));
+                }
+                Some(Seen::Pending) => {
+                    tracing::warn!(channel = %route.channel, "webhook request refused (503): a replay of one still being answered");
+                    return Answer::Response(status(503));
+                }
+            }
+        }
+        let answer = self.dispatch(&route, method, rest, query, headers, body).await;
+        if let Some((key, _)) = replay_key {
+            route.replays.settle(key, (200..300).contains(&answer.status));
+        }
+        Answer::Response(answer)
+    }
+
+    /// Hands a verified request to its channel and waits for the answer.
+    async fn dispatch(&self, route: &Route, method: HttpMethod, path: String, query: &str, mut headers: Vec<(String, String)>, body: Vec<u8>) -> WebhookResponse {
         route.verifier.scrub(&mut headers);
         let (reply, answer) = oneshot::channel();
-        let request = WebhookRequest { method, path: rest, query: query.to_string(), headers, body };
+        let request = WebhookRequest { method, path, query: query.to_string(), headers, body };
         if route.calls.try_send(WebhookCall { request, reply }).is_err() {
             tracing::warn!(channel = %route.channel, "webhook request refused (503): the channel is not taking requests or its queue is full");
-            return Answer::Response(status(503));
+            return status(503);
         }
         match tokio::time::timeout(ANSWER_WITHIN, answer).await {
-            Ok(Ok(response)) => Answer::Response(response),
+            Ok(Ok(response)) => response,
             // The channel stopped with the request queued.
-            Ok(Err(_)) => Answer::Response(status(503)),
+            Ok(Err(_)) => status(503),
             Err(_) => {
                 tracing::warn!(channel = %route.channel, "webhook request not answered within {ANSWER_WITHIN:?} (503)");
-                Answer::Response(status(503))
+                status(503)
             }
         }
     }
@@ -326,16 +435,74 @@ mod tests {
             header: "X-Signature-Ed25519".into(),
             timestamp_header: "X-Signature-Timestamp".into(),
             basestring: "{timestamp}{body}".into(),
+            window_secs: 300,
             public_key,
         };
         let v = Verifier::new(recipe, None);
         let body = br#"{"type":1}"#;
         let signature = hex(&signing.sign(&[b"1700000000".as_slice(), body].concat()).to_bytes());
-        let check = |sig: &str, ts: &str, body: &[u8]| v.verify(&h(&[("X-Signature-Ed25519", sig), ("X-Signature-Timestamp", ts)]), body, 0);
+        let at = |sig: &str, ts: &str, body: &[u8], now: i64| v.verify(&h(&[("X-Signature-Ed25519", sig), ("X-Signature-Timestamp", ts)]), body, now);
+        let check = |sig: &str, ts: &str, body: &[u8]| at(sig, ts, body, 1_700_000_000);
         assert_eq!(check(&signature, "1700000000", body), Ok(()));
         assert!(matches!(check(&signature, "1700000001", body), Err(VerifyError::Mismatch(_))), "another timestamp");
         assert!(matches!(check(&signature, "1700000000", br#"{"type":2}"#), Err(VerifyError::Mismatch(_))), "another body");
         assert!(matches!(check("abcd", "1700000000", body), Err(VerifyError::Malformed(_))));
+        // The window: a correctly signed request two days later is a replay.
+        assert_eq!(at(&signature, "1700000000", body, 1_700_000_000 + 300), Ok(()));
+        assert_eq!(at(&signature, "1700000000", body, 1_700_000_000 + 2 * 86_400), Err(VerifyError::Stale(300)));
+        assert_eq!(at(&signature, "1700000000", body, 1_700_000_000 - 301), Err(VerifyError::Stale(300)));
+        assert!(matches!(check(&signature, "soon", body), Err(VerifyError::Malformed(_))));
+        // The replay key ignores hex case and closes with the window.
+        let upper = signature.to_uppercase();
+        let key = |sig: &str| v.replay_key(&h(&[("X-Signature-Ed25519", sig), ("X-Signature-Timestamp", "1700000000")]));
+        assert_eq!(key(&signature), key(&upper));
+        assert_eq!(key(&signature).unwrap().1, 1_700_000_300);
+    }
+
+    /// The manifest side: an `ed25519` recipe gets a 300 s window when it
+    /// names none, must sign the timestamp, and keeps its window in range.
+    #[test]
+    fn ed25519_manifests_default_the_window_and_must_sign_the_timestamp() {
+        use crate::plugins::manifest::Manifest;
+        let manifest = |verify: serde_json::Value| {
+            let json = serde_json::json!({"manifest_version": 1, "name": "chat", "version": "1.0.0",
+                "channel": {"receive": ["webhook"], "webhook": {"route": "/events", "verify": verify}}});
+            Manifest::from_json(json.to_string().as_bytes())
+        };
+        let recipe = |extra: serde_json::Value| {
+            let mut verify = serde_json::json!({"kind": "ed25519", "header": "X-Sig", "timestamp_header": "X-Ts", "basestring": "{timestamp}{body}", "public_key": "ab".repeat(32)});
+            verify.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            verify
+        };
+        let parsed = manifest(recipe(serde_json::json!({}))).unwrap();
+        let verify = parsed.channel.unwrap().webhook.unwrap().verify;
+        assert!(matches!(verify, Verify::Ed25519 { window_secs: 300, .. }), "{verify:?}");
+        let unsigned = manifest(recipe(serde_json::json!({"basestring": "{body}"}))).unwrap_err().to_string();
+        assert!(unsigned.contains("basestring") && unsigned.contains("{timestamp}"), "{unsigned}");
+        for window in [0, 3601] {
+            let err = manifest(recipe(serde_json::json!({"window_secs": window}))).unwrap_err().to_string();
+            assert!(err.contains("window_secs"), "{err}");
+        }
+    }
+
+    #[test]
+    fn replays_are_remembered_until_answered_and_forgotten_on_failure() {
+        let replays = Replays::default();
+        assert_eq!(replays.claim([1; 32], 100, 0), None);
+        assert_eq!(replays.claim([1; 32], 100, 0), Some(Seen::Pending));
+        replays.settle([1; 32], true);
+        assert_eq!(replays.claim([1; 32], 100, 0), Some(Seen::Answered));
+        assert_eq!(replays.claim([2; 32], 100, 0), None);
+        replays.settle([2; 32], false);
+        assert_eq!(replays.claim([2; 32], 100, 0), None, "a failed request's retry passes");
+        // Full: expired entries go first, then the oldest.
+        for i in 0..MAX_REMEMBERED_SIGNATURES + 10 {
+            let mut key = [0u8; 32];
+            key[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            key[31] = 9;
+            replays.claim(key, 1000 + i as i64, 500);
+        }
+        assert!(replays.seen.lock().unwrap().len() <= MAX_REMEMBERED_SIGNATURES);
     }
 
     #[tokio::test]

@@ -29,7 +29,7 @@ pub async fn run(_args: GatewayArgs, data: DataDir, options: AppOptions) -> anyh
     let app = super::open_app(data, options)?;
     let gateway = match Gateway::bind(&app).await {
         Ok(gateway) => gateway,
-        Err(GatewayError::Config(e @ (ConfigError::GatewayNoToken { .. } | ConfigError::GatewayOpen { .. }))) => {
+        Err(GatewayError::Config(e @ (ConfigError::GatewayNoToken { .. } | ConfigError::GatewayOpen { .. } | ConfigError::GatewayLimit { .. }))) => {
             errln!("error: {}", for_terminal(&e.to_string()));
             return Ok(ExitCode::from(EXIT_CONFIG));
         }

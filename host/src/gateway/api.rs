@@ -71,11 +71,22 @@ pub struct ApiState {
     pub(super) web: Arc<WebChat>,
     /// The channels' webhook routes.
     pub(super) webhooks: Arc<crate::channels::webhook::Routes>,
+    /// Without a token: the `Host`/`Origin` guard ([`super::origin`]).
+    pub(super) same_origin: Option<super::origin::SameOrigin>,
+    /// How long a request body may take to arrive in full.
+    pub(super) body_timeout: Duration,
     session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl ApiState {
-    pub(super) fn new(agent: AgentLoop, router: Arc<OutboundRouter>, auth: GatewayAuth, webhooks: Arc<crate::channels::webhook::Routes>) -> Self {
+    pub(super) fn new(
+        agent: AgentLoop,
+        router: Arc<OutboundRouter>,
+        auth: GatewayAuth,
+        webhooks: Arc<crate::channels::webhook::Routes>,
+        same_origin: Option<super::origin::SameOrigin>,
+        body_timeout: Duration,
+    ) -> Self {
         let model = agent.core().settings.model.clone();
         ApiState {
             agent,
@@ -87,6 +98,8 @@ impl ApiState {
             in_flight: Arc::default(),
             web: WebChat::new(),
             webhooks,
+            same_origin,
+            body_timeout,
             session_locks: Mutex::default(),
         }
     }
@@ -177,12 +190,18 @@ async fn route(state: Arc<ApiState>, request: Request<Incoming>) -> Result<Respo
         return Err(ApiError::new(503, "server_error", Some("shutting_down"), "the gateway is shutting down; retry in a moment"));
     }
     let path = request.uri().path().trim_end_matches('/').to_string();
+    // Webhooks carry the platform's signature, not the gateway's token, and
+    // arrive under the public name: no Host/Origin guard.
+    if path.starts_with(crate::channels::webhook::WEBHOOK_PREFIX) && state.webhooks.serves(&path) {
+        return super::webhooks::handle(state.webhooks.clone(), request, state.body_timeout).await;
+    }
+    if let Some(same_origin) = &state.same_origin {
+        same_origin.check(request.method(), request.uri(), request.headers()).inspect_err(|e| {
+            tracing::warn!(method = %request.method(), path, "gateway: request refused (403): {}", e.message);
+        })?;
+    }
     if webchat::is_webchat_path(&path) {
         return webchat::handle(state, request).await;
-    }
-    // Webhooks carry the platform's signature, not the gateway's token.
-    if path.starts_with(crate::channels::webhook::WEBHOOK_PREFIX) && state.webhooks.serves(&path) {
-        return super::webhooks::handle(state.webhooks.clone(), request).await;
     }
     authorize(&state.auth, request.headers())?;
     let method = request.method().clone();
@@ -210,17 +229,33 @@ pub(super) fn authorize(auth: &GatewayAuth, headers: &HeaderMap) -> Result<(), A
     if blake3::hash(given) == blake3::hash(token.as_bytes()) { Ok(()) } else { Err(unauthorized("invalid API token")) }
 }
 
-/// Reads the body, at most [`MAX_BODY_BYTES`]. Past the cap the rest is
-/// read and dropped, up to [`MAX_DRAIN_BYTES`] in all, before the 413: a
-/// server that answers with unread bytes in the socket makes the kernel
-/// reset the connection, and the client loses the answer.
-pub(super) async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
-    read_body_within(request.into_body(), MAX_BODY_BYTES).await
+/// Reads the body, at most [`MAX_BODY_BYTES`], within the gateway's body
+/// timeout. Past the cap the rest is read and dropped, up to
+/// [`MAX_DRAIN_BYTES`] in all, before the 413: a server that answers with
+/// unread bytes in the socket makes the kernel reset the connection, and
+/// the client loses the answer.
+pub(super) async fn read_body(state: &ApiState, request: Request<Incoming>) -> Result<Bytes, ApiError> {
+    read_body_within(request.into_body(), MAX_BODY_BYTES, state.body_timeout).await
 }
 
 /// [`read_body`] with another cap (a webhook's is smaller); drains up to
-/// four times the cap.
-pub(super) async fn read_body_within(mut body: Incoming, cap: usize) -> Result<Bytes, ApiError> {
+/// four times the cap. The whole body must arrive within `deadline`, not
+/// each piece: a body trickled a byte a second is cut off (408) as surely
+/// as one that stops. The caller answers 408 with `connection: close`
+/// ([`error_response`] does), so the rest of the body is never read.
+pub(super) async fn read_body_within(body: Incoming, cap: usize, deadline: Duration) -> Result<Bytes, ApiError> {
+    match tokio::time::timeout(deadline, read_capped(body, cap)).await {
+        Ok(read) => read,
+        Err(_) => Err(ApiError::new(
+            408,
+            "invalid_request_error",
+            Some("request_timeout"),
+            format!("the request body did not arrive within {} s ([gateway] body_timeout_secs)", deadline.as_secs()),
+        )),
+    }
+}
+
+async fn read_capped(mut body: Incoming, cap: usize) -> Result<Bytes, ApiError> {
     let too_large = || ApiError::new(413, "invalid_request_error", Some("request_too_large"), format!("the request body is over the limit of {cap} bytes"));
     let declared = hyper::body::Body::size_hint(&body).exact();
     let drain = 4 * cap;
@@ -276,7 +311,7 @@ async fn chat(state: Arc<ApiState>, request: Request<Incoming>) -> Result<Respon
             _ => return Err(ApiError::invalid(SESSION_HEADER, format!("header `{SESSION_HEADER}` must be a non-empty visible-ASCII name"))),
         },
     };
-    let body = read_body(request).await?;
+    let body = read_body(&state, request).await?;
     let parsed = wire::parse_chat_request(&body)?;
     let id = request_id();
     let head = CompletionHead { id: format!("chatcmpl-{id}"), created: chrono::Utc::now().timestamp(), model: state.model.clone() };
@@ -414,9 +449,14 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
     response
 }
 
-/// `{"error": …}` with the error's status.
+/// `{"error": …}` with the error's status. A 408 (the body timed out)
+/// also closes the connection: the rest of that body is never read.
 pub fn error_response(error: &ApiError) -> Response<Body> {
-    json_response(StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), &error.body())
+    let mut response = json_response(StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), &error.body());
+    if error.status == 408 {
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// 24 random hex digits (a counter if the system has no randomness).

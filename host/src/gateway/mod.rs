@@ -24,8 +24,18 @@
 //! LLM): a handful of routes, a body cap and a custom drain did not need a
 //! framework, and the 503-while-draining step is simpler with our own
 //! accept loop than with a framework's graceful shutdown.
+//!
+//! Limits against clients that hold connections (`[gateway]`, see
+//! [`limits`]): hyper's header read timeout (with hyper-util's
+//! `TokioTimer`) bounds a request head and a keep-alive connection's idle
+//! wait; a deadline bounds each request body; the accept loop caps the
+//! connections in total (lowered to what the open-file limit can hold) and
+//! per remote address. Without a token, [`origin`] refuses foreign `Host`s
+//! and cross-site writes.
 
 pub mod api;
+pub mod limits;
+pub mod origin;
 pub mod router;
 pub mod webchat;
 pub mod webhooks;
@@ -37,7 +47,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
@@ -48,7 +58,7 @@ pub use router::OutboundRouter;
 use crate::agent::AgentLoop;
 use crate::app::{App, AppError};
 use crate::bus::{MessageBus, OutboundMessage};
-use crate::config::{ConfigError, GatewayAuth};
+use crate::config::{ConfigError, GatewayAuth, ServerLimits};
 use crate::session::SessionError;
 
 /// How long requests in flight may take to finish after shutdown begins.
@@ -141,6 +151,7 @@ pub struct Gateway {
     bus: Arc<MessageBus>,
     channels: Vec<Box<dyn Channel>>,
     cron: Option<Arc<crate::cron::CronService>>,
+    limits: ServerLimits,
 }
 
 impl Gateway {
@@ -149,6 +160,7 @@ impl Gateway {
     pub async fn bind(app: &App) -> Result<Gateway, GatewayError> {
         let config = &app.config.gateway;
         let auth = config.auth()?;
+        let mut limits = config.server_limits()?;
         let channels = channels(app)?;
         let provider = app.provider()?;
         let bus = Arc::new(MessageBus::new());
@@ -173,8 +185,16 @@ impl Gateway {
         let agent = AgentLoop::new(core);
         let listener = TcpListener::bind(config.listen).await.map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
-        let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth, crate::channels::webhook::Routes::new()));
-        Ok(Gateway { listener, addr, state, bus, channels, cron })
+        let (total, lowered) = limits::descriptor_bounded(limits.max_connections);
+        if let Some(soft) = lowered {
+            tracing::warn!("gateway: at most {total} connections (not {}): the open-file limit is {soft} (ulimit -n) and {} descriptors stay for the rest", limits.max_connections, limits::RESERVED_DESCRIPTORS);
+            limits.max_connections = total;
+            limits.max_connections_per_address = limits.max_connections_per_address.min(total);
+        }
+        // Only without a token does a browser's ambient access matter.
+        let same_origin = matches!(auth, GatewayAuth::Disabled).then(|| origin::SameOrigin::new(addr, &limits.allowed_hosts));
+        let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth, crate::channels::webhook::Routes::new(), same_origin, limits.body_timeout));
+        Ok(Gateway { listener, addr, state, bus, channels, cron, limits })
     }
 
     /// The bound address (the real port when `listen` asked for port 0).
@@ -195,7 +215,7 @@ impl Gateway {
     /// Serves until `shutdown` resolves, then shuts down as the module docs
     /// describe.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<ShutdownReport, GatewayError> {
-        let Gateway { listener, state, bus, channels, cron, .. } = self;
+        let Gateway { listener, state, bus, channels, cron, limits, .. } = self;
         let agent = state.agent.clone();
         let router_task = tokio::spawn(state.router.clone().run(bus.clone()));
         let web_task = tokio::spawn(state.web.clone().run(state.router.route_channel(webchat::WEB_CHANNEL)));
@@ -221,7 +241,7 @@ impl Gateway {
             tokio::spawn(crate::agent::heartbeat::run_periodically(agent.clone(), clock, CRON_TICK, channel_stop.clone()))
         });
         let server_stop = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, state.clone(), server_stop.clone()));
+        let server = tokio::spawn(serve(listener, state.clone(), limits, server_stop.clone()));
 
         shutdown.await;
         tracing::info!("gateway: shutting down");
@@ -270,16 +290,24 @@ impl Gateway {
 }
 
 /// Accepts connections until `stop` fires; dropping the set then closes
-/// every connection still open.
-async fn serve(listener: TcpListener, state: Arc<api::ApiState>, stop: CancellationToken) {
+/// every connection still open. A connection over a cap is answered 503
+/// (best effort, without waiting) and closed at once (see [`limits`]).
+async fn serve(listener: TcpListener, state: Arc<api::ApiState>, limits: ServerLimits, stop: CancellationToken) {
+    let slots = limits::ConnectionSlots::new(limits.max_connections, limits.max_connections_per_address);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    // hyper starts this timer when a connection opens and again whenever a
+    // keep-alive connection goes idle: a head trickled byte by byte, or a
+    // connection left idle, is closed when it fires.
+    http.keep_alive(true).timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
+    let http = Arc::new(http);
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of descriptors and the like: back off, go on.
                         tracing::warn!("gateway: accept failed: {e}");
@@ -287,12 +315,21 @@ async fn serve(listener: TcpListener, state: Arc<api::ApiState>, stop: Cancellat
                         continue;
                     }
                 };
+                let slot = match slots.acquire(peer.ip()) {
+                    Ok(slot) => slot,
+                    Err(refusal) => {
+                        // Never waits: a full socket buffer just loses the answer.
+                        let _ = stream.try_write(&refusal.response());
+                        continue;
+                    }
+                };
                 let _ = stream.set_nodelay(true);
-                let state = state.clone();
+                let (state, http) = (state.clone(), http.clone());
                 connections.spawn(async move {
+                    let _slot = slot;
                     let service = service_fn(move |request| api::handle(state.clone(), request));
-                    if let Err(e) = hyper::server::conn::http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service).await {
-                        tracing::debug!("gateway: connection ended: {e}");
+                    if let Err(e) = http.serve_connection(TokioIo::new(stream), service).await {
+                        tracing::debug!(%peer, "gateway: connection ended: {e}");
                     }
                 });
             }

@@ -191,7 +191,7 @@ pub async fn handle(state: Arc<ApiState>, request: Request<Incoming>) -> Result<
         (&Method::GET, "/chat/history") => history(&state, &session_param(&query)?),
         (&Method::GET, "/chat/sessions") => sessions(&state),
         (&Method::POST, "/chat/send") => {
-            let body: SendBody = json_body(request).await?;
+            let body: SendBody = json_body(&state, request).await?;
             let id = session_id(&body.session)?;
             if body.text.trim().is_empty() {
                 return Err(ApiError::invalid("text", "`text` must not be empty"));
@@ -205,7 +205,7 @@ pub async fn handle(state: Arc<ApiState>, request: Request<Incoming>) -> Result<
             Ok(json(StatusCode::ACCEPTED, &json!({"queued": true})))
         }
         (&Method::POST, "/chat/stop") => {
-            let body: StopBody = json_body(request).await?;
+            let body: StopBody = json_body(&state, request).await?;
             let key = format!("{WEB_CHANNEL}:{}", session_id(&body.session)?);
             let stopped = state.agent.stop(&key);
             Ok(json(StatusCode::OK, &json!({"stopped": stopped})))
@@ -225,8 +225,8 @@ struct StopBody {
     session: String,
 }
 
-async fn json_body<T: serde::de::DeserializeOwned>(request: Request<Incoming>) -> Result<T, ApiError> {
-    let body = api::read_body(request).await?;
+async fn json_body<T: serde::de::DeserializeOwned>(state: &ApiState, request: Request<Incoming>) -> Result<T, ApiError> {
+    let body = api::read_body(state, request).await?;
     serde_json::from_slice(&body).map_err(|e| ApiError::new(400, "invalid_request_error", Some("invalid_json"), format!("the request body is not what the web chat sends: {e}")))
 }
 

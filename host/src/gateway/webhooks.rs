@@ -1,9 +1,12 @@
 //! The gateway's side of channel webhooks: read the body within
-//! [`MAX_WEBHOOK_BODY`] (413 past it), then hand headers and body to
+//! [`MAX_WEBHOOK_BODY`] (413 past it) and the gateway's body timeout (408
+//! past it: the body is unauthenticated until it is whole, so a sender may
+//! not hold a connection by trickling it), then hand headers and body to
 //! [`Routes::handle`], which verifies them before any channel sees a byte
 //! (see [`crate::channels::webhook`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -16,7 +19,7 @@ use crate::channels::webhook::{Answer, MAX_WEBHOOK_BODY, Routes};
 use crate::plugins::channel::HttpMethod;
 
 /// Answers one request on a webhook route.
-pub async fn handle(routes: Arc<Routes>, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+pub async fn handle(routes: Arc<Routes>, request: Request<Incoming>, body_timeout: Duration) -> Result<Response<Body>, ApiError> {
     let method = match *request.method() {
         Method::GET => HttpMethod::Get,
         Method::POST => HttpMethod::Post,
@@ -35,11 +38,13 @@ pub async fn handle(routes: Arc<Routes>, request: Request<Incoming>) -> Result<R
         .take(crate::plugins::channel::MAX_HEADERS)
         .map(|(n, v)| (n.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
         .collect();
-    let body = match read_body_within(request.into_body(), MAX_WEBHOOK_BODY).await {
+    let body = match read_body_within(request.into_body(), MAX_WEBHOOK_BODY, body_timeout).await {
         Ok(body) => body,
         Err(e) => {
-            if e.status == 413 {
-                tracing::warn!(path, "webhook request refused (413): body over {MAX_WEBHOOK_BODY} bytes");
+            match e.status {
+                413 => tracing::warn!(path, "webhook request refused (413): body over {MAX_WEBHOOK_BODY} bytes"),
+                408 => tracing::warn!(path, "webhook request refused (408): body not whole within {} s", body_timeout.as_secs()),
+                _ => {}
             }
             return Ok(error_response(&e));
         }

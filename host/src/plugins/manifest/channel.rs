@@ -104,6 +104,10 @@ pub enum Verify {
     /// (with `{timestamp}` and `{body}` filled in) keyed by the secret, and
     /// `timestamp_header` is within `window_secs` of now (Slack's
     /// `v0:{timestamp}:{body}`, 300 s).
+    ///
+    /// `header-secret` has no timestamp by design (Telegram's), and none
+    /// could help: whoever replays the request holds the secret itself. Its
+    /// replays are caught by the channel's dedup of event ids.
     HmacSha256 {
         /// The header carrying the signature.
         header: String,
@@ -111,7 +115,9 @@ pub enum Verify {
         timestamp_header: String,
         /// What is signed; must contain `{timestamp}` and `{body}`.
         basestring: String,
-        /// Largest age (either way) of the timestamp, 1 to 3600 s.
+        /// Largest age (either way) of the timestamp, 1 to 3600 s; 300 when
+        /// left out (Slack's and Discord's documented window).
+        #[serde(default = "default_window_secs")]
         window_secs: u32,
         /// A declared secret's name: the HMAC key.
         secret: String,
@@ -120,14 +126,20 @@ pub enum Verify {
         signature_prefix: String,
     },
     /// `header` is the hex Ed25519 signature of `basestring` by
-    /// `public_key` (Discord's `X-Signature-Ed25519` over `{timestamp}{body}`).
+    /// `public_key` (Discord's `X-Signature-Ed25519` over `{timestamp}{body}`),
+    /// and `timestamp_header` (Unix seconds) is within `window_secs` of now.
     Ed25519 {
         /// The header carrying the signature.
         header: String,
-        /// The header carrying the timestamp.
+        /// The header carrying the Unix timestamp.
         timestamp_header: String,
-        /// What is signed; must contain `{body}`.
+        /// What is signed; must contain `{timestamp}` and `{body}` (an
+        /// unsigned timestamp would make the window worthless).
         basestring: String,
+        /// Largest age (either way) of the timestamp, 1 to 3600 s; 300 when
+        /// left out.
+        #[serde(default = "default_window_secs")]
+        window_secs: u32,
         /// The application's public key, 64 hex digits (not a secret).
         public_key: String,
     },
@@ -282,10 +294,11 @@ impl ChannelSpec {
                     return Err(err(format!("{field}.signature_prefix"), "at most 16 printable characters"));
                 }
             }
-            Verify::Ed25519 { header, timestamp_header, basestring, public_key } => {
+            Verify::Ed25519 { header, timestamp_header, basestring, window_secs, public_key } => {
                 check_header_name(&format!("{field}.header"), header)?;
                 check_header_name(&format!("{field}.timestamp_header"), timestamp_header)?;
-                basestring_ok(basestring, false)?;
+                basestring_ok(basestring, true)?;
+                in_range(&format!("{field}.window_secs"), *window_secs, 1, 3600)?;
                 if public_key.len() != 64 || !public_key.chars().all(|c| c.is_ascii_hexdigit()) {
                     return Err(err(format!("{field}.public_key"), "must be 64 hex digits (a 32-byte Ed25519 key)"));
                 }
@@ -353,6 +366,13 @@ pub(crate) fn validate_secrets(
         }
     }
     Ok(())
+}
+
+/// A signed recipe's timestamp window when the manifest names none.
+pub const DEFAULT_WINDOW_SECS: u32 = 300;
+
+fn default_window_secs() -> u32 {
+    DEFAULT_WINDOW_SECS
 }
 
 impl Verify {
