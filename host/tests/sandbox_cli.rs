@@ -283,12 +283,15 @@ fn a_flood_of_refused_requests_makes_a_bounded_number_of_warning_lines() {
     cmd.env("RUST_LOG", "chitin=info");
     let out = run_within(&mut cmd, Duration::from_secs(120));
     let err = stderr(&out);
-    let lines = err.lines().filter(|l| l.contains("outgoing HTTP denied")).count();
+    // Denied by the grant, or refused past `max_http_requests` in flight.
+    let lines = err.lines().filter(|l| l.contains("outgoing HTTP denied") || l.contains("outgoing HTTP refused")).count();
     let summary: Vec<&str> = err.lines().filter(|l| l.contains("more refused requests")).collect();
-    eprintln!("{lines} denial lines; summary: {summary:?}");
-    assert!((1..=20).contains(&lines), "{lines} denial lines");
+    eprintln!("{lines} refusal lines; summary: {summary:?}");
+    assert!((1..=20).contains(&lines), "{lines} refusal lines");
     assert_eq!(summary.len(), 1, "{err}");
     let more: u64 = summary[0].split("… and ").nth(1).and_then(|r| r.split(" more").next()).map(|n| n.replace(' ', "")).and_then(|n| n.parse().ok()).expect("a count");
-    assert!(more + lines as u64 >= 500, "the attack ran: {} requests refused", more + lines as u64);
+    // Measured: 20 lines and "… and 375 more" (the guest stops at the
+    // resource bound, `max_resources`, long before 25 000).
+    assert!(more + lines as u64 >= 200, "the attack ran: {} requests refused", more + lines as u64);
     assert!(err.lines().count() < 60, "{} lines in all:\n{err}", err.lines().count());
 }
