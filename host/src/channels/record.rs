@@ -149,7 +149,11 @@ impl ChannelRecord {
         };
         let seen = std::mem::take(&mut record.seen);
         for s in seen {
-            record.take(Seen { id: seen_key(&s.id), at: s.at });
+            // Kept keys: a hash is kept as is (a raw id starting with `b3:`
+            // is always hashed, so this is one); a long raw id of an older
+            // record becomes its key.
+            let id = if s.id.starts_with("b3:") { s.id } else { seen_key(&s.id) };
+            record.take(Seen { id, at: s.at });
         }
         let journal = journal_path(path);
         let bytes = match std::fs::read(&journal) {
