@@ -17,10 +17,16 @@ use chitin::testing::{MockLlm, MockReply};
 const TOKEN: &str = "tok987654ZZdistinctive";
 
 /// The scripted platform: updates by id; `polls` logs each poll's path.
+/// A hostile one too: a request for a file (`/file/`) or to `/redir…` is
+/// answered with a 302 to `redirect_private` when its path says `private`,
+/// else to `redirect_other`, and logged in `redirected`.
 #[derive(Default)]
 struct Platform {
     updates: Vec<(u64, String)>,
     polls: Vec<String>,
+    redirect_private: String,
+    redirect_other: String,
+    redirected: Vec<String>,
 }
 
 struct Server {
@@ -49,6 +55,17 @@ impl Server {
                         if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
                             break;
                         }
+                    }
+                    if path.contains("/file/") || path.starts_with("/redir") {
+                        let location = {
+                            let mut s = state.lock().unwrap();
+                            s.redirected.push(path.clone());
+                            if path.contains("private") { s.redirect_private.clone() } else { s.redirect_other.clone() }
+                        };
+                        let mut stream = stream;
+                        let _ = write!(stream, "HTTP/1.1 302 Found\r\nlocation: {location}\r\ncontent-length: 5\r\nconnection: close\r\n\r\nmoved");
+                        let _ = stream.flush();
+                        return;
                     }
                     let offset: u64 = path.split("offset=").nth(1).and_then(|r| r.split('&').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
                     // Hold an empty poll a little, as a long poll would.
@@ -124,6 +141,15 @@ impl Gateway {
     }
 }
 
+/// A channel's committed record as text: its snapshot and its journal
+/// (either may be absent).
+fn record_text(home: &Path, channel: &str) -> String {
+    let read = |ext: &str| std::fs::read_to_string(home.join(format!("channels/{channel}.{ext}"))).unwrap_or_default();
+    let text = read("json") + &read("journal");
+    assert!(!text.is_empty(), "no record of channel {channel}");
+    text
+}
+
 fn delivered(stderr: &str) -> usize {
     stderr.matches("reply delivered").count()
 }
@@ -147,7 +173,7 @@ fn round_trip_and_the_token_never_reaches_the_component_or_logs() {
     assert!(asked.contains("hello via /bot{{secret:token}}/getUpdates"), "the agent got the redacted echo: {asked}");
     assert!(!asked.contains(TOKEN), "the token reached the component's emit: {asked}");
     assert!(!err.contains(TOKEN), "the token is in the gateway's log");
-    let record = std::fs::read_to_string(home.path().join("channels/echo.json")).unwrap();
+    let record = record_text(home.path(), "echo");
     assert!(!record.contains(TOKEN));
     assert_eq!(mock.request_count(), 1);
 }
@@ -269,7 +295,7 @@ fn telegram_round_trip_through_the_agent_and_the_fs_tool() {
     let asked = serde_json::to_string(&mock.requests()).unwrap();
     assert!(asked.contains("save a note saying hi"), "{asked}");
     assert!(!asked.contains(tg_token) && !err.contains(tg_token), "the token leaked");
-    let record = std::fs::read_to_string(home.path().join("channels/telegram.json")).unwrap();
+    let record = record_text(home.path(), "telegram");
     assert!(!record.contains(tg_token));
 }
 
@@ -563,7 +589,7 @@ fn telegram_webhook_round_trip_refuses_bad_secrets_and_dedups() {
     assert!(asked.contains("hello by webhook"));
     for secret in [tg_token, WEBHOOK_SECRET] {
         assert!(!err.contains(secret) && !asked.contains(secret), "a secret leaked");
-        assert!(!std::fs::read_to_string(home.path().join("channels/telegram.json")).unwrap().contains(secret));
+        assert!(!record_text(home.path(), "telegram").contains(secret));
     }
 }
 
@@ -1290,4 +1316,186 @@ fn telegram_photos_reach_the_model_as_images_through_both_apis() {
         assert!(sessions.contains("what is this?") && sessions.contains("media/telegram/"), "{api}: {sessions}");
         assert!(!sessions.contains(&encoded[..40]) && !sessions.contains("base64"), "{api}: the session holds no image bytes");
     }
+}
+
+/// A listener on `ip` that counts the connections it accepts and holds
+/// them without ever answering: a host a redirect must not reach, or a
+/// platform that stalls.
+fn counting_listener(ip: &str) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind((ip, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().map_while(Result::ok) {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (addr, accepted)
+}
+
+/// Issue 18, point 3: the granted platform answers a media download and an
+/// `http` action with a 302 to an ungranted host and to a private address.
+/// The first hops are served (with the token, as the platform's own
+/// requests), the redirects are not followed: neither other host is ever
+/// contacted (so the token never goes there), the download is refused with
+/// a note the model sees, and nothing of the other hosts reaches the model.
+#[test]
+fn platform_redirects_reach_neither_other_hosts_nor_the_model() {
+    let home = tempfile::tempdir().unwrap();
+    install(home.path());
+    let (private, private_hits) = counting_listener("127.0.0.2");
+    let (other, other_hits) = counting_listener("127.0.0.1");
+    let server = Server::start();
+    {
+        let mut s = server.state.lock().unwrap();
+        s.redirect_private = format!("http://{private}/stolen-sentinel");
+        s.redirect_other = format!("http://{other}/stolen-sentinel");
+    }
+    server.push(0, &format!("http-flood http://127.0.0.1:{}/redir-other 1", server.port));
+    server.push(1, "media photo-private");
+    server.push(2, "media photo-other");
+    let mock = MockLlm::with_handler(|_, _| MockReply::text("seen"));
+    let gw = Gateway::start(home.path(), &mock, &config(server.port, "\"*\""), false);
+    gw.wait_for("both photos reached the model", || mock.request_count() >= 2);
+    gw.wait_for("the action's redirect logged", || gw.stderr().contains("http action answered 302"));
+    std::thread::sleep(Duration::from_millis(300));
+    let err = gw.terminate();
+    let redirected = server.state.lock().unwrap().redirected.clone();
+    assert_eq!(redirected.len(), 3, "every first hop was served: {redirected:?}");
+    assert!(redirected.iter().filter(|p| p.contains("/file/")).all(|p| p.contains(TOKEN)), "the platform's own requests carry the token: {redirected:?}");
+    assert_eq!(private_hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the private address was contacted");
+    assert_eq!(other_hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the ungranted host was contacted");
+    let asked = serde_json::to_string(&mock.requests()).unwrap();
+    // The second turn's request holds both messages (one session).
+    let last = serde_json::to_string(mock.requests().last().unwrap()).unwrap();
+    assert_eq!(last.matches("[photo not downloaded: the server answered a redirect (302)").count(), 2, "{last}");
+    assert!(asked.contains(&format!("to http://{private}")), "{asked}");
+    assert!(!asked.contains(TOKEN) && !err.contains(TOKEN), "the token leaked");
+    assert!(!std::fs::read_dir(home.path().join("media/echo")).map(|d| d.count() > 0).unwrap_or(false), "nothing was stored");
+}
+
+/// Issue 18, point 4: a hostile channel floods under `ulimit -n 256`: `http`
+/// actions (60 a step) to a server that accepts and never answers, and
+/// emits (60 a step) from made-up chats and senders, step after step. The
+/// descriptors it holds stay at `max_concurrent_requests`, the messages it
+/// hands to the agent at `max_messages_per_min`, its warnings bounded, its
+/// record small; and a user's turn on the web API beside it is answered.
+#[test]
+fn a_channel_flood_under_a_low_descriptor_limit_never_costs_another_turn() {
+    let home = tempfile::tempdir().unwrap();
+    install(home.path());
+    let (silent, held) = counting_listener("127.0.0.1");
+    let server = Server::start();
+    for id in 0..3000u64 {
+        if id % 2 == 0 {
+            server.push(id, &format!("http-flood http://{silent}/x 60"));
+        } else {
+            server.push(id, "emit-flood 60");
+        }
+    }
+    let mock = MockLlm::with_handler(|request, _| {
+        MockReply::text(if request.to_string().contains("web turn beside the flood") { "web ok" } else { "flood answered" })
+    });
+    let config = config(server.port, "\"*\"")
+        .replace("network = [\"127.0.0.1:", &format!("network = [\"{silent}\", \"127.0.0.1:"))
+        .replace("[channels.echo]\n", "[channels.echo]\nmax_messages_per_min = 5\n");
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", "ulimit -n 256 && exec \"$0\" gateway", CHITIN])
+        .env("CHITIN_HOME", home.path())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("CHITIN_MODEL")
+        .env("OPENAI_BASE_URL", mock.base_url())
+        .env("ECHO_TEST_TOKEN", TOKEN)
+        .env("RUST_LOG", "chitin=info");
+    let gw = Gateway::spawn(cmd);
+    gw.wait_for("the http flood ran", || held.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    gw.wait_for("the emit flood ran into its budget", || gw.stderr().contains("more than 5 messages in a minute"));
+    gw.wait_for("the flood going on (many steps)", || server.offsets().last().is_some_and(|o| *o >= 40));
+    let started = std::time::Instant::now();
+    let (status, body) = block_on(async {
+        let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "web turn beside the flood"}]});
+        let response = reqwest::Client::new().post(gw.url("/v1/chat/completions")).json(&body).send().await.expect("the gateway answers");
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap())
+    });
+    let took = started.elapsed();
+    let offset_after = server.offsets().last().copied().unwrap_or(0);
+    let err = gw.terminate();
+    assert_eq!(status, 200, "{body}\n{err}");
+    assert!(body.contains("web ok"), "{body}");
+    assert!(offset_after < 2999, "the flood was still going when the turn was answered (offset {offset_after})");
+    eprintln!("web turn beside the flood: {took:?}; flood at update {offset_after}");
+    let held = held.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((1..=8).contains(&held), "connections the silent server holds: {held} (max_concurrent_requests = 8)");
+    assert!(!err.contains("Too many open files"), "{err}");
+    let flood_turns = mock.requests().iter().filter(|r| r.to_string().contains("flood message")).count();
+    assert!((1..=5).contains(&flood_turns), "flood messages that reached the model: {flood_turns}");
+    let action_lines = err.lines().filter(|l| l.contains("http action failed")).count();
+    assert!(action_lines <= 20, "{action_lines} warning lines about dropped actions");
+    assert_eq!(err.matches("more than 5 messages in a minute").count(), 1, "one warning per window");
+    let record = std::fs::metadata(home.path().join("channels/echo.json")).map(|m| m.len()).unwrap_or(0)
+        + std::fs::metadata(home.path().join("channels/echo.journal")).map(|m| m.len()).unwrap_or(0);
+    assert!(record < 4 << 20, "the channel record grew to {record} bytes");
+}
+
+/// Issue 18, point 8: the platform never answers `sendChatAction`; the
+/// typing indicator runs off the reply's path under its own deadline, so
+/// the reply is sent as soon as the agent has it.
+#[test]
+fn a_typing_indicator_that_never_answers_does_not_delay_the_reply() {
+    let tg_token = "515151:HANG-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.hang("sendChatAction");
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("prompt reply")]);
+    std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("polling", || telegram.is_polling());
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "are you there?"));
+    gw.wait_for("the reply", || !replies(&telegram).is_empty());
+    let typing = telegram.requests_for("sendChatAction");
+    let sent = telegram.requests_for("sendMessage");
+    let err = gw.terminate();
+    assert!(!typing.is_empty(), "the hung indicator was asked for: {err}");
+    let waited = sent[0].at.duration_since(typing[0].at);
+    eprintln!("reply sent {waited:?} after the hung sendChatAction");
+    assert!(waited < Duration::from_secs(4), "the reply waited {waited:?} behind the typing indicator");
+    assert_eq!(replies(&telegram)[0].text, "prompt reply");
+}
+
+/// Issue 18, point 10: `api_base` holds with a `[plugins.telegram]` table
+/// (one that grants only a local server, as for a self-hosted Bot API):
+/// every request reaches the mock, none is denied. A mistyped `token =`
+/// for `bot_token` stops the start with the key to set and names `token`.
+#[test]
+fn api_base_holds_with_a_plugins_table_and_a_missing_secret_stops_the_start() {
+    let tg_token = "616161:TABLE-tg-distinctive";
+    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin::testing::MockUpdate::text(777, 555, "hello through my own server"));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let mock = MockLlm::start(vec![MockReply::text("answered locally")]);
+    let table = format!("[plugins.telegram]\nnetwork = [\"{}\"]\n", telegram.addr());
+    std::fs::write(home.path().join("config.toml"), format!("{}{table}", telegram_config(&ws, &telegram))).unwrap();
+    let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
+    gw.wait_for("the reply through api_base", || !replies(&telegram).is_empty());
+    let err = gw.terminate();
+    assert_eq!(replies(&telegram)[0].text, "answered locally");
+    assert!(!err.contains("denied"), "{err}");
+    assert!(telegram.requests().iter().all(|r| r.authorized), "the token was filled in for the platform");
+
+    // `token` instead of `bot_token`: named, and the start stops.
+    let mistyped = telegram_config(&ws, &telegram).replace("bot_token = ", "token = ").replace("${TG_TEST_TOKEN}", tg_token);
+    std::fs::write(home.path().join("config.toml"), mistyped).unwrap();
+    let out = run_within(&mut telegram_gateway(home.path(), &mock, tg_token), Duration::from_secs(60));
+    let text = stderr(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("channels.telegram.bot_token") && text.contains("`token` is set: did you mean `bot_token`?"), "{text}");
+    assert!(text.contains("channels.telegram.token is not a key chitin knows"), "the warning names the key: {text}");
+    assert!(!text.contains(tg_token), "the mistyped secret's value is not logged: {text}");
 }

@@ -109,6 +109,15 @@ pub struct ChannelConfig {
     /// `api_base`: where the platform's API is served instead of its public
     /// host (a local Bot API server, a mock in tests).
     pub api_base: Option<String>,
+    /// `max_messages_per_min` (default [`DEFAULT_MAX_MESSAGES_PER_MIN`]):
+    /// the most inbound messages the channel hands to the agent in any
+    /// minute; past it, messages are dropped with one warning per minute.
+    pub max_messages_per_min: u32,
+    /// `max_concurrent_requests` (default [`DEFAULT_MAX_CONCURRENT_REQUESTS`]):
+    /// the most `http` actions of the channel the host runs at once; past
+    /// it, an action is dropped with a warning (so a component cannot hold
+    /// the host's descriptors).
+    pub max_concurrent_requests: u32,
     /// Secret values by declared name, `${VAR}` expanded.
     pub secrets: BTreeMap<String, String>,
     /// The rest, for the component's `start(config)`.
@@ -130,13 +139,24 @@ impl std::fmt::Debug for ChannelConfig {
             .field("send_tool_hints", &self.send_tool_hints)
             .field("public_url", &self.public_url)
             .field("api_base", &self.api_base)
+            .field("max_messages_per_min", &self.max_messages_per_min)
+            .field("max_concurrent_requests", &self.max_concurrent_requests)
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
             .field("settings", &self.settings)
             .finish()
     }
 }
 
-const HOST_KEYS: [&str; 11] = [
+/// `max_messages_per_min` when the config does not say: a busy group
+/// chat's pace, far above what one person types.
+pub const DEFAULT_MAX_MESSAGES_PER_MIN: u32 = 60;
+/// `max_concurrent_requests` when the config does not say.
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: u32 = 8;
+/// Largest `max_messages_per_min` / `max_concurrent_requests` accepted.
+const MAX_MESSAGES_PER_MIN: i64 = 100_000;
+const MAX_CONCURRENT_REQUESTS: i64 = 256;
+
+const HOST_KEYS: [&str; 13] = [
     "enabled",
     "plugin",
     "allow_from",
@@ -148,6 +168,8 @@ const HOST_KEYS: [&str; 11] = [
     "max_upload_mb",
     "send_progress",
     "send_tool_hints",
+    "max_messages_per_min",
+    "max_concurrent_requests",
 ];
 
 fn table<'a>(name: &str, raw: &'a toml::Value) -> Result<&'a toml::Table, ChannelSetupError> {
@@ -170,9 +192,10 @@ pub fn plugin_of(name: &str, raw: &toml::Value) -> Result<(bool, String), Channe
 }
 
 impl ChannelConfig {
-    /// Reads `[channels.<name>]`; `is_secret` says which keys the plugin
-    /// declares as secrets.
-    pub fn parse(name: &str, raw: &toml::Value, is_secret: impl Fn(&str) -> bool) -> Result<ChannelConfig, ChannelSetupError> {
+    /// Reads `[channels.<name>]`; `secret_names` are the secrets the plugin
+    /// declares (those keys are secrets).
+    pub fn parse(name: &str, raw: &toml::Value, secret_names: &[&str]) -> Result<ChannelConfig, ChannelSetupError> {
+        let is_secret = |k: &str| secret_names.contains(&k);
         let (enabled, plugin) = plugin_of(name, raw)?;
         let t = table(name, raw)?;
         let key = |k: &str| format!("channels.{name}.{k}");
@@ -238,6 +261,13 @@ impl ChannelConfig {
             Some(other) => Err(bad(k, format!("must be true or false, not {other}"))),
         };
         let (send_progress, send_tool_hints) = (flag("send_progress")?, flag("send_tool_hints")?);
+        let count = |k: &str, default: u32, max: i64| match t.get(k) {
+            None => Ok(default),
+            Some(toml::Value::Integer(n)) if (1..=max).contains(n) => Ok(*n as u32),
+            Some(other) => Err(bad(k, format!("must be a whole number, 1 to {max}, not {other}"))),
+        };
+        let max_messages_per_min = count("max_messages_per_min", DEFAULT_MAX_MESSAGES_PER_MIN, MAX_MESSAGES_PER_MIN)?;
+        let max_concurrent_requests = count("max_concurrent_requests", DEFAULT_MAX_CONCURRENT_REQUESTS, MAX_CONCURRENT_REQUESTS)?;
         let mut secrets = BTreeMap::new();
         let mut settings = Map::new();
         for (k, v) in t {
@@ -254,7 +284,8 @@ impl ChannelConfig {
             } else {
                 let json = serde_json::to_value(v).map_err(|e| bad(k, e.to_string()))?;
                 if json.to_string().contains("${") {
-                    return Err(bad(k, "uses ${VAR}, but is not a secret the plugin declares (only declared secrets are expanded; settings are visible to the component)".into()));
+                    let hint = lookalike(k, secret_names).map(|s| format!("; did you mean `{s}`, the secret the plugin declares?")).unwrap_or_default();
+                    return Err(bad(k, format!("uses ${{VAR}}, but is not a secret the plugin declares (only declared secrets are expanded; settings are visible to the component){hint}")));
                 }
                 settings.insert(k.clone(), json);
             }
@@ -272,6 +303,8 @@ impl ChannelConfig {
             send_progress,
             send_tool_hints,
             api_base,
+            max_messages_per_min,
+            max_concurrent_requests,
             secrets,
             settings,
         })
@@ -296,13 +329,31 @@ impl ChannelConfig {
     }
 }
 
+/// The declared secret that the setting key `key` looks like a mistyped
+/// name of (`token` for `bot_token`, `bot_tokn`, `BOT_TOKEN`), if any: a
+/// secret written under the wrong key would be handed to the component as a
+/// setting, and the channel would fail later with the platform's 401.
+pub fn lookalike<'a>(key: &str, secret_names: &[&'a str]) -> Option<&'a str> {
+    let norm = |s: &str| s.to_ascii_lowercase().replace('-', "_");
+    let key = norm(key);
+    let words = |s: &str| s.split('_').filter(|w| w.len() >= 3).map(str::to_string).collect::<Vec<_>>();
+    secret_names.iter().copied().find(|secret| {
+        let secret = norm(secret);
+        key == secret
+            || key.replace('_', "") == secret.replace('_', "")
+            || strsim::levenshtein(&key, &secret) <= 2
+            || (key.len() >= 3 && (secret.ends_with(&key) || secret.starts_with(&key)))
+            || words(&key).iter().any(|w| words(&secret).contains(w) && matches!(w.as_str(), "token" | "secret" | "key" | "password" | "pass"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<ChannelConfig, ChannelSetupError> {
         let value: toml::Value = toml::from_str(text).unwrap();
-        ChannelConfig::parse("tg", &value, |k| k == "bot_token")
+        ChannelConfig::parse("tg", &value, &["bot_token"])
     }
 
     #[test]
@@ -371,11 +422,38 @@ mod tests {
 
     #[test]
     fn group_policy_is_read_and_a_bad_one_named() {
-        let read = |text: &str| ChannelConfig::parse("tg", &toml::from_str::<toml::Value>(text).unwrap(), |_| false);
+        let read = |text: &str| ChannelConfig::parse("tg", &toml::from_str::<toml::Value>(text).unwrap(), &[]);
         assert_eq!(read("enabled = true").unwrap().group_policy, GroupPolicy::Mention);
         assert_eq!(read("group_policy = \"ambient\"").unwrap().group_policy, GroupPolicy::Ambient);
         assert!(!read("group_policy = \"off\"").unwrap().settings.contains_key("group_policy"), "a host key, not a setting");
         let err = read("group_policy = \"everyone\"").unwrap_err().to_string();
         assert!(err.contains("channels.tg.group_policy") && err.contains("everyone"), "{err}");
+    }
+
+    #[test]
+    fn settings_named_like_a_secret_are_recognised() {
+        let secrets = ["bot_token", "webhook_secret"];
+        assert_eq!(lookalike("token", &secrets), Some("bot_token"));
+        assert_eq!(lookalike("bot_tokn", &secrets), Some("bot_token"));
+        assert_eq!(lookalike("BOT-TOKEN", &secrets), Some("bot_token"));
+        assert_eq!(lookalike("bottoken", &secrets), Some("bot_token"));
+        assert_eq!(lookalike("secret", &secrets), Some("webhook_secret"));
+        assert_eq!(lookalike("api_token", &secrets), Some("bot_token"));
+        assert_eq!(lookalike("bot_username", &secrets), None);
+        assert_eq!(lookalike("greeting", &secrets), None);
+        assert_eq!(lookalike("mode", &secrets), None);
+        let e = parse("token = \"${HOME}\"").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.token") && e.contains("did you mean `bot_token`"), "{e}");
+    }
+
+    #[test]
+    fn budgets_have_defaults_and_bounds() {
+        let c = parse("").unwrap();
+        assert_eq!((c.max_messages_per_min, c.max_concurrent_requests), (DEFAULT_MAX_MESSAGES_PER_MIN, DEFAULT_MAX_CONCURRENT_REQUESTS));
+        let c = parse("max_messages_per_min = 5\nmax_concurrent_requests = 2").unwrap();
+        assert_eq!((c.max_messages_per_min, c.max_concurrent_requests), (5, 2));
+        assert!(!c.settings.contains_key("max_messages_per_min"), "a host key");
+        let e = parse("max_concurrent_requests = 0").unwrap_err().to_string();
+        assert!(e.contains("channels.tg.max_concurrent_requests") && e.contains("1 to 256"), "{e}");
     }
 }

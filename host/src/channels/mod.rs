@@ -175,7 +175,28 @@ pub fn build(
             return Err(bad(format!("plugin `{plugin_name}` is not a channel plugin (its world is {})", plugin.world)));
         }
         let spec = plugin.manifest.channel.as_ref().ok_or_else(|| bad(format!("plugin `{plugin_name}` has no `channel` section")))?;
-        let config = ChannelConfig::parse(name, raw, |k| spec.secrets.iter().any(|s| s.name == k))?;
+        let secret_names: Vec<&str> = spec.secrets.iter().map(|s| s.name.as_str()).collect();
+        let config = ChannelConfig::parse(name, raw, &secret_names)?;
+        // A setting named like a secret is most likely the secret under a
+        // mistyped key: say so, since its value goes to the component.
+        let mut mistyped = std::collections::BTreeMap::new();
+        for key in config.settings.keys() {
+            if let Some(secret) = config::lookalike(key, &secret_names) {
+                tracing::warn!(channel = %name, "channels.{name}.{key} is not a key chitin knows; it looks like the plugin's secret `{secret}` (set {secret} = \"${{...}}\" instead); it is passed to the component as a setting");
+                mistyped.entry(secret).or_insert(key.as_str());
+            }
+        }
+        // Every declared secret must be set, but the webhook's verification
+        // secret only in webhook mode (checked below): a channel without its
+        // token would only fail later with the platform's 401.
+        let verify_secret = spec.webhook.as_ref().and_then(|w| w.verify.secret());
+        if let Some(missing) = spec.secrets.iter().map(|s| s.name.as_str()).find(|s| Some(*s) != verify_secret && !config.secrets.contains_key(*s)) {
+            let hint = mistyped.get(missing).map(|key| format!(" (`{key}` is set: did you mean `{missing}`?)")).unwrap_or_default();
+            return Err(ChannelSetupError::Config {
+                key: format!("channels.{name}.{missing}"),
+                message: format!("plugin `{plugin_name}` needs this secret and it is not set; set it, e.g. {missing} = \"${{{}}}\"{hint}", missing.to_uppercase()),
+            });
+        }
         if config.mode == Mode::Webhook {
             let key = |k: &str| format!("channels.{name}.{k}");
             // The name is a segment of the route's URL path.
@@ -244,6 +265,8 @@ struct Poller {
     routes: Arc<webhook::Routes>,
     /// Where inbound media are stored.
     media_dir: PathBuf,
+    /// `max_messages_per_min`.
+    intake: Intake,
     _lock: ChannelLock,
 }
 
@@ -273,7 +296,7 @@ impl Poller {
             let secrets = Secrets::new(&spec.secrets, |n| config.secrets.get(n).map(String::as_str))
                 .map_err(|e| ChannelSetupError::Config { key: format!("channels.{name}"), message: e.to_string() })?;
             let platform = spec.secrets.iter().find_map(|s| s.audience.as_deref());
-            let transport = Transport::new(plugin.name(), plugin.grant.network.clone(), secrets, platform, config.api_base.as_deref());
+            let transport = Transport::new(plugin.name(), plugin.grant.network.clone(), secrets, platform, config.api_base.as_deref(), config.max_concurrent_requests);
             // The component's own requests (`deliver`) get the same secrets
             // and base; one channel per plugin, so the first start sets it.
             plugin.set_outbound(transport.outbound());
@@ -307,8 +330,10 @@ impl Poller {
                         .ok(),
                     max_upload: config.max_upload_mb << 20,
                     show: progress::Show { tool_hints: config.send_tool_hints, progress: config.send_progress },
+                    typing_busy: Arc::default(),
                 };
                 let outbound = tokio::spawn(deliver_loop(outbox, ctx.outbound, typing_rx, limits));
+                let intake = Intake::new(config.max_messages_per_min);
                 Ok(Poller {
                     path: dir.join(format!("{name}.json")),
                     name,
@@ -324,6 +349,7 @@ impl Poller {
                     webhook,
                     routes: ctx.webhooks,
                     media_dir,
+                    intake,
                     _lock: lock,
                 })
             }
@@ -361,7 +387,9 @@ impl Poller {
             match action {
                 Action::Emit(inbound) => {
                     emitted = true;
-                    if let Some(mut message) = accept(&mut self.record, &self.name, &self.config.allow_from, self.config.group_policy, &inbound, now) {
+                    if let Some(mut message) = accept(&mut self.record, &self.name, &self.config.allow_from, self.config.group_policy, &inbound, now)
+                        && self.intake.admit(&self.name, Instant::now())
+                    {
                         // Before commit 1: a crash here re-polls the update
                         // and downloads again; nothing half-done is kept.
                         if !inbound.media.is_empty() {
@@ -397,17 +425,18 @@ impl Poller {
         for request in http {
             let (transport, name) = (self.transport.clone(), self.name.clone());
             tokio::spawn(async move {
-                match transport.run(&request).await {
+                match transport.run_action(&request).await {
                     Ok(response) if (200..300).contains(&response.status) => {}
                     // `setWebhook` refused means no update will ever come:
                     // say so where the user looks.
-                    Ok(response) => tracing::warn!(
+                    Ok(response) if transport.may_warn() => tracing::warn!(
                         channel = %name,
                         "http action answered {}: {}",
                         response.status,
                         crate::text::clip_for_terminal(&String::from_utf8_lossy(&response.body), 512, "body")
                     ),
-                    Err(e) => tracing::warn!(channel = %name, "http action failed: {e}"),
+                    Err(e) if transport.may_warn() => tracing::warn!(channel = %name, "http action failed: {e}"),
+                    _ => {}
                 }
             });
         }
@@ -578,6 +607,48 @@ pub fn accept(
     Some(message)
 }
 
+/// `max_messages_per_min`: the messages one channel hands to the agent in
+/// a minute (fixed windows). Past it, messages are dropped (their event ids
+/// stay taken, so a re-send is not counted again) with one warning per
+/// window and the count at its end: a channel that makes up chats and
+/// senders cannot turn into unbounded model requests and sessions.
+#[derive(Debug)]
+pub struct Intake {
+    per_min: u32,
+    started: Option<Instant>,
+    taken: u32,
+    dropped: u64,
+}
+
+impl Intake {
+    pub fn new(per_min: u32) -> Intake {
+        Intake { per_min: per_min.max(1), started: None, taken: 0, dropped: 0 }
+    }
+
+    /// Whether one more message may go to the agent at `now`.
+    pub fn admit(&mut self, channel: &str, now: Instant) -> bool {
+        if self.started.is_none_or(|s| now.duration_since(s) >= Duration::from_secs(60)) {
+            if self.dropped > 0 {
+                tracing::warn!(channel, dropped = self.dropped, "{} messages over max_messages_per_min were dropped in the last window", self.dropped);
+            }
+            *self = Intake { started: Some(now), ..Intake::new(self.per_min) };
+        }
+        if self.taken < self.per_min {
+            self.taken += 1;
+            return true;
+        }
+        if self.dropped == 0 {
+            tracing::warn!(
+                channel,
+                "more than {} messages in a minute: dropping the rest of this minute (config [channels.{channel}] max_messages_per_min)",
+                self.per_min
+            );
+        }
+        self.dropped += 1;
+        false
+    }
+}
+
 enum Failure {
     Fatal(String),
     Retry { reason: String, after: Option<Duration> },
@@ -600,21 +671,38 @@ fn action_name(action: &Action) -> &'static str {
 }
 
 /// Per-chat sliding-window rate limit: at most `per_min` sends in any 60 s.
+/// Chats whose sends all left the window are forgotten, so the map holds
+/// only the chats of the last minute, however many chats a channel makes up.
 #[derive(Debug, Default)]
 pub struct RateLimit {
     per_min: usize,
     sent: HashMap<String, VecDeque<Instant>>,
+    /// The map's size that triggers the next sweep of idle chats.
+    sweep_at: usize,
 }
+
+/// The fewest chats [`RateLimit`] holds before it sweeps idle ones.
+const RATE_SWEEP_MIN: usize = 64;
 
 impl RateLimit {
     pub fn new(per_min: u32) -> Self {
-        RateLimit { per_min: per_min.max(1) as usize, sent: HashMap::new() }
+        RateLimit { per_min: per_min.max(1) as usize, sent: HashMap::new(), sweep_at: RATE_SWEEP_MIN }
+    }
+
+    /// Chats held (for tests and the bound).
+    pub fn chats(&self) -> usize {
+        self.sent.len()
     }
 
     /// How long to wait before sending to `chat` at `now` (zero: go), and
     /// records the send when zero.
     pub fn check(&mut self, chat: &str, now: Instant) -> Duration {
         let window = Duration::from_secs(60);
+        if self.sent.len() >= self.sweep_at {
+            // Amortised: the next sweep waits until the map doubles again.
+            self.sent.retain(|_, sent| sent.back().is_some_and(|t| now.duration_since(*t) < window));
+            self.sweep_at = (self.sent.len() * 2).max(RATE_SWEEP_MIN);
+        }
         let sent = self.sent.entry(chat.to_string()).or_default();
         while sent.front().is_some_and(|t| now.duration_since(*t) >= window) {
             sent.pop_front();
@@ -633,6 +721,15 @@ const DELIVER_RETRIES: [Duration; 3] = [Duration::from_secs(1), Duration::from_s
 /// How long "typing" is kept up for a message whose reply never comes.
 const TYPING_AT_MOST: Duration = Duration::from_secs(120);
 
+/// How long one typing indicator may take before it is given up.
+pub const TYPING_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Typing indicators of one channel in flight at once.
+const TYPING_IN_FLIGHT: usize = 4;
+
+/// Most chats "typing" is kept up in at once.
+const TYPING_CHATS_MAX: usize = 1024;
+
 /// What the deliver loop sends with.
 struct Outbox {
     name: String,
@@ -647,6 +744,8 @@ struct Outbox {
     max_upload: u64,
     /// Which hints of a running turn the chat sees.
     show: progress::Show,
+    /// Chats whose typing indicator is in flight.
+    typing_busy: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 async fn deliver_loop(
@@ -686,8 +785,12 @@ async fn deliver_loop(
             Some(chat) = typing_requests.recv() => {
                 if !refresh.is_zero() {
                     let now = Instant::now();
-                    outbox.show_typing(&chat).await;
-                    typing.insert(chat, (now + refresh, now + TYPING_AT_MOST));
+                    outbox.show_typing(&chat);
+                    // Bounded: one entry per chat of the last two minutes,
+                    // and the chats a channel hands in are rate-limited.
+                    if typing.len() < TYPING_CHATS_MAX || typing.contains_key(&chat) {
+                        typing.insert(chat, (now + refresh, now + TYPING_AT_MOST));
+                    }
                 }
                 continue;
             }
@@ -696,7 +799,7 @@ async fn deliver_loop(
                 typing.retain(|_, (_, until)| *until > now);
                 let due: Vec<String> = typing.iter().filter(|(_, (next, _))| *next <= now).map(|(chat, _)| chat.clone()).collect();
                 for chat in due {
-                    outbox.show_typing(&chat).await;
+                    outbox.show_typing(&chat);
                     if let Some((next, _)) = typing.get_mut(&chat) {
                         *next = Instant::now() + refresh;
                     }
@@ -857,11 +960,26 @@ impl Outbox {
         }
     }
 
-    /// One "typing" indicator; a failure only costs the indicator.
-    async fn show_typing(&self, chat: &str) {
-        if let Err(e) = self.runtime.channel_set_status(&self.plugin, chat, ChatStatus::Typing).await {
-            tracing::debug!(channel = %self.name, chat, "typing indicator failed: {e}");
+    /// One "typing" indicator, off the reply's path: spawned, under its own
+    /// [`TYPING_DEADLINE`], at most one per chat and [`TYPING_IN_FLIGHT`]
+    /// per channel at once; a failure or a platform that never answers only
+    /// costs the indicator, never the reply.
+    fn show_typing(&self, chat: &str) {
+        {
+            let mut busy = self.typing_busy.lock().unwrap_or_else(|p| p.into_inner());
+            if busy.len() >= TYPING_IN_FLIGHT || !busy.insert(chat.to_string()) {
+                return;
+            }
         }
+        let (runtime, plugin, name, busy, chat) = (self.runtime.clone(), self.plugin.clone(), self.name.clone(), self.typing_busy.clone(), chat.to_string());
+        tokio::spawn(async move {
+            match tokio::time::timeout(TYPING_DEADLINE, runtime.channel_set_status(&plugin, &chat, ChatStatus::Typing)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(channel = %name, chat = %chat, "typing indicator failed: {e}"),
+                Err(_) => tracing::debug!(channel = %name, chat = %chat, "typing indicator not answered within {TYPING_DEADLINE:?}; given up"),
+            }
+            busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&chat);
+        });
     }
 }
 
@@ -929,6 +1047,32 @@ mod tests {
         assert_eq!(rate.check("a", t0 + Duration::from_secs(2)), Duration::from_secs(58));
         assert!(rate.check("b", t0 + Duration::from_secs(2)).is_zero(), "another chat has its own bucket");
         assert!(rate.check("a", t0 + Duration::from_secs(60)).is_zero(), "the first send left the window");
+    }
+
+    #[test]
+    fn made_up_chats_are_forgotten_once_idle() {
+        // 1 000 new chats a minute for 100 minutes: unbounded, 100 000 held.
+        let mut rate = RateLimit::new(20);
+        let t0 = Instant::now();
+        let mut most = 0;
+        for minute in 0..100u64 {
+            for i in 0..1000u64 {
+                rate.check(&format!("made-up-{minute}-{i}"), t0 + Duration::from_secs(minute * 60) + Duration::from_millis(i * 50));
+                most = most.max(rate.chats());
+            }
+        }
+        assert!(most <= 4 * 1000 + RATE_SWEEP_MIN, "{most} chats held at most");
+    }
+
+    #[test]
+    fn the_intake_takes_its_budget_a_minute() {
+        let mut intake = Intake::new(3);
+        let t0 = Instant::now();
+        let taken = (0..100).filter(|_| intake.admit("tg", t0)).count();
+        assert_eq!(taken, 3);
+        assert_eq!(intake.dropped, 97);
+        assert!(intake.admit("tg", t0 + Duration::from_secs(60)), "a new minute");
+        assert_eq!(intake.dropped, 0);
     }
 
     #[test]

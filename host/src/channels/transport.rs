@@ -15,16 +15,38 @@
 //! 3. `{{secret:NAME}}` substituted by [`Secrets`] where declared;
 //! 4. the response (headers, body) and any error text redacted, so nothing
 //!    the component or a log sees carries a secret value.
+//!
+//! Redirects are never followed (the one HTTP policy of every host-run
+//! request, as for `wasi:http`): a poll's, an `http` action's or an upload's
+//! 3xx goes back to the component as the response it is, so a redirect the
+//! component wants is a new request that passes the grant, the
+//! private-address rule and the secrets' audience again; a media download
+//! answered with a redirect is refused with the status and nothing of the
+//! other host is fetched. Either way a substituted secret never travels to a
+//! host it was not written for.
+//!
+//! Budgets: the component's `http` actions run at most
+//! `max_concurrent_requests` at once ([`Transport::run_action`]; past that
+//! an action is dropped with a warning, so a hostile component cannot hold
+//! the host's descriptors), every request waits at most [`MAX_TIMEOUT`]
+//! whatever the component asks, and the warnings about refused requests are
+//! bounded per minute ([`WarnBudget`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::plugins::channel::{HttpMethod, HttpRequest, HttpResponse, MAX_BODY_BYTES, Upload};
 use crate::plugins::grants::HostPattern;
 use crate::plugins::manifest::channel::Injection;
 use crate::plugins::secrets::Secrets;
+use crate::plugins::warn_budget::{self, WarnBudget};
 
 /// Default wait for a request that names no timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest wait for any request, whatever timeout the component names: a
+/// long poll (Telegram's is 50 s) fits with room to spare.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Why a request did not produce a response.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +60,9 @@ pub enum TransportError {
     /// Connecting, sending or reading failed (text redacted).
     #[error("request to {url} failed: {message}")]
     Failed { url: String, message: String },
+    /// `max_concurrent_requests` actions are already running.
+    #[error("request to {url} dropped: {limit} requests of this channel already running (config [channels.<name>] max_concurrent_requests)")]
+    Busy { url: String, limit: u32 },
 }
 
 /// Runs one channel's requests.
@@ -48,14 +73,51 @@ pub struct Transport {
     secrets: Secrets,
     /// (platform origin, configured base).
     rewrite: Option<(String, String)>,
+    /// Slots of the `http` actions running at once.
+    actions: Arc<tokio::sync::Semaphore>,
+    max_actions: u32,
+    /// Warning lines about refused requests, per minute.
+    warnings: WarnBudget,
+}
+
+/// The client of every host-run request of channels: redirects are never
+/// followed (see the module docs).
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("a client without custom TLS builds")
 }
 
 impl Transport {
     /// A transport for `plugin` with its grant and secrets; `platform` is
-    /// the audience host requests to `api_base` stand for.
-    pub fn new(plugin: &str, granted: Vec<HostPattern>, secrets: Secrets, platform: Option<&str>, api_base: Option<&str>) -> Transport {
+    /// the audience host requests to `api_base` stand for; at most
+    /// `max_actions` `http` actions at once.
+    pub fn new(plugin: &str, granted: Vec<HostPattern>, secrets: Secrets, platform: Option<&str>, api_base: Option<&str>, max_actions: u32) -> Transport {
         let rewrite = platform.zip(api_base).map(|(p, b)| (format!("https://{p}"), b.to_string()));
-        Transport { plugin: plugin.to_string(), client: reqwest::Client::new(), granted, secrets, rewrite }
+        Transport {
+            plugin: plugin.to_string(),
+            client: client(),
+            granted,
+            secrets,
+            rewrite,
+            actions: Arc::new(tokio::sync::Semaphore::new(max_actions.max(1) as usize)),
+            max_actions: max_actions.max(1),
+            warnings: WarnBudget::per_window(plugin.into(), "refused or dropped requests of this channel", warn_budget::PER_MINUTE, Duration::from_secs(60)),
+        }
+    }
+
+    /// Whether a warning line about a refused or dropped request may be
+    /// written now (see [`WarnBudget`]).
+    pub fn may_warn(&self) -> bool {
+        self.warnings.admit()
+    }
+
+    /// Runs an `http` action of a step: like [`Transport::run`] when one of
+    /// the `max_concurrent_requests` slots is free, else dropped at once
+    /// ([`TransportError::Busy`]) rather than queued without bound.
+    pub async fn run_action(&self, request: &HttpRequest) -> Result<HttpResponse, TransportError> {
+        let Ok(_slot) = self.actions.clone().try_acquire_owned() else {
+            return Err(TransportError::Busy { url: request.url.clone(), limit: self.max_actions });
+        };
+        self.run(request).await
     }
 
     /// The same secrets and rewrite for the component's own `wasi:http`
@@ -130,6 +192,12 @@ impl Transport {
         let written = request.url.clone();
         let mut response = self.send(request, None).await.map_err(DownloadError::Transport)?;
         let status = response.status().as_u16();
+        if response.status().is_redirection() {
+            // Not followed: the other host is neither granted nor checked.
+            let to = response.headers().get(reqwest::header::LOCATION).and_then(|l| l.to_str().ok()).and_then(|l| request_target(&written, l));
+            let to = to.map_or_else(|| "an unreadable location".into(), |to| self.secrets.redact(&to).into_owned());
+            return Err(DownloadError::Redirect { status, to });
+        }
         if !(200..300).contains(&status) {
             return Err(DownloadError::Status(status));
         }
@@ -199,14 +267,12 @@ impl Transport {
         let admitted = if rewritten { &original } else { &parsed };
         let uri: http::Uri = format!("{}://{}/", admitted.scheme(), authority(admitted)).parse().map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
         let pinned = if rewritten {
-            // A platform request sent to the user's configured base: the
-            // grant must name the platform; its name is not resolved.
-            if !crate::plugins::http::granted_name(&self.granted, &uri) {
-                return Err(TransportError::Denied { url: written.clone() });
-            }
+            // A platform request sent to the user's configured base is
+            // admitted as such, with or without a `[plugins.<name>]` table:
+            // the base is the user's own word for where the platform is.
             None
         } else {
-            crate::plugins::http::admit(&self.plugin, &self.granted, &uri).await.map_err(|_| TransportError::Denied { url: written.clone() })?
+            crate::plugins::http::admit(&self.plugin, &self.granted, &uri, &self.warnings).await.map_err(|_| TransportError::Denied { url: written.clone() })?
         };
         let substituted = self.secrets.substitute(&target, Injection::Url, &aud_host, aud_port).into_owned();
         let mut url = reqwest::Url::parse(&substituted).map_err(|_| bad("does not parse once secrets are substituted".into()))?;
@@ -221,7 +287,7 @@ impl Transport {
             HttpMethod::Patch => reqwest::Method::PATCH,
             HttpMethod::Delete => reqwest::Method::DELETE,
         };
-        let timeout = if request.timeout_ms == 0 { DEFAULT_TIMEOUT } else { Duration::from_millis(u64::from(request.timeout_ms)) };
+        let timeout = if request.timeout_ms == 0 { DEFAULT_TIMEOUT } else { Duration::from_millis(u64::from(request.timeout_ms)).min(MAX_TIMEOUT) };
         let mut builder = self.client.request(method, url).timeout(timeout);
         if pinned.is_some() {
             builder = builder.header(reqwest::header::HOST, host_header);
@@ -252,6 +318,18 @@ fn audience(url: &str) -> (String, u16) {
     }
 }
 
+/// Where a redirect's `location` (as the server sent it, maybe relative to
+/// `url`) points, shown as scheme and authority only: the path of a
+/// platform URL may carry a token.
+fn request_target(url: &str, location: &str) -> Option<String> {
+    let target = reqwest::Url::parse(url).ok()?.join(location).ok()?;
+    let host = target.host_str()?;
+    Some(match target.port() {
+        Some(port) => format!("{}://{host}:{port}", target.scheme()),
+        None => format!("{}://{host}", target.scheme()),
+    })
+}
+
 /// Numbers the partial files of one process.
 static PARTIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -262,6 +340,9 @@ pub enum DownloadError {
     Transport(TransportError),
     #[error("the server answered {0}")]
     Status(u16),
+    /// A 3xx: not followed.
+    #[error("the server answered a redirect ({status}) to {to}; media downloads do not follow redirects")]
+    Redirect { status: u16, to: String },
     #[error("larger than {} MB", cap / (1024 * 1024))]
     TooLarge { cap: u64 },
     #[error("{what} ({path}): {source}")]
@@ -293,7 +374,7 @@ mod tests {
         });
         let addr = server.addr();
         let granted = vec![HostPattern::parse(&addr.to_string()).unwrap()];
-        let transport = Transport::new("files", granted, Secrets::default(), None, None);
+        let transport = Transport::new("files", granted, Secrets::default(), None, None, 8);
         let dir = tempfile::tempdir().unwrap();
         let get = |path: &str| HttpRequest { method: HttpMethod::Get, url: format!("http://{addr}{path}"), headers: vec![], body: vec![], timeout_ms: 0 };
         let cap = 1024 * 1024;
@@ -307,8 +388,100 @@ mod tests {
         assert_eq!(path.extension().unwrap(), "bin");
         let again = transport.download(&get("/small"), cap, dir.path(), "bin").await.unwrap();
         assert_eq!(again.0, path, "the same bytes, the same name");
-        let denied = Transport::new("files", vec![], Secrets::default(), None, None).download(&get("/small"), cap, dir.path(), "bin").await.unwrap_err();
+        let denied = Transport::new("files", vec![], Secrets::default(), None, None, 8).download(&get("/small"), cap, dir.path(), "bin").await.unwrap_err();
         assert!(matches!(denied, DownloadError::Transport(TransportError::Denied { .. })), "{denied}");
+    }
+
+    /// A listener that counts the connections it accepts and holds them,
+    /// never answering: the hop a redirect must not reach, or a stalled
+    /// platform.
+    async fn counting_listener(ip: &str) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(socket);
+            }
+        });
+        (addr, accepted)
+    }
+
+    /// A granted server answers every request with a 302 to a host the
+    /// grant does not name (another port) or to a private address (another
+    /// loopback address): the first hop is served, the redirect goes back
+    /// as a 302 (or, for a download, is refused), and the second host is
+    /// never contacted.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn redirects_are_never_followed_past_the_grant() {
+        let (ungranted, ungranted_hits) = counting_listener("127.0.0.1").await;
+        let (private, private_hits) = counting_listener("127.0.0.2").await;
+        let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = served.clone();
+        let server = crate::testing::server::MockServer::start("Redirector", move |request: hyper::Request<hyper::body::Incoming>| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let to = if request.uri().path().ends_with("private") { private } else { ungranted };
+            async move {
+                let response = hyper::Response::builder()
+                    .status(302)
+                    .header("location", format!("http://{to}/sentinel"))
+                    .body(http_body_util::Full::new(bytes::Bytes::from_static(b"moved")))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        let addr = server.addr();
+        let granted = vec![HostPattern::parse(&addr.to_string()).unwrap()];
+        let transport = Transport::new("redirected", granted, Secrets::default(), None, None, 8);
+        let get = |path: &str| HttpRequest { method: HttpMethod::Get, url: format!("http://{addr}{path}"), headers: vec![], body: vec![], timeout_ms: 5_000 };
+        for path in ["/poll-ungranted", "/poll-private"] {
+            let response = transport.run(&get(path)).await.unwrap();
+            assert_eq!(response.status, 302, "{path}: the redirect is the component's to handle");
+            assert_eq!(response.body, b"moved");
+            assert!(response.headers.iter().any(|(n, v)| n == "location" && v.ends_with("/sentinel")), "{:?}", response.headers);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let refused = transport.download(&get("/media-private"), 1 << 20, dir.path(), "jpg").await.unwrap_err();
+        assert!(matches!(refused, DownloadError::Redirect { status: 302, .. }), "{refused}");
+        assert_eq!(refused.to_string(), format!("the server answered a redirect (302) to http://{private}; media downloads do not follow redirects"));
+        assert!(matches!(transport.download(&get("/media-ungranted"), 1 << 20, dir.path(), "jpg").await, Err(DownloadError::Redirect { .. })));
+        assert_eq!(std::fs::read_dir(dir.path()).map(|d| d.count()).unwrap_or(0), 0, "nothing stored");
+        // The attack ran: the granted host served every first hop.
+        assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 4);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(ungranted_hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the ungranted host was contacted");
+        assert_eq!(private_hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the private address was contacted");
+    }
+
+    /// `http` actions to a server that never answers: at most
+    /// `max_concurrent_requests` connect, every other one is dropped at once.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn http_actions_past_the_channels_budget_are_dropped() {
+        let (silent, accepted) = counting_listener("127.0.0.1").await;
+        let granted = vec![HostPattern::parse(&silent.to_string()).unwrap()];
+        let transport = Arc::new(Transport::new("flood", granted, Secrets::default(), None, None, 3));
+        let request = HttpRequest { method: HttpMethod::Get, url: format!("http://{silent}/x"), headers: vec![], body: vec![], timeout_ms: u32::MAX };
+        let mut running = Vec::new();
+        for _ in 0..50 {
+            let (transport, request) = (transport.clone(), request.clone());
+            running.push(tokio::spawn(async move { transport.run_action(&request).await }));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut busy = 0;
+        for task in running.iter_mut().filter(|t| t.is_finished()) {
+            match task.await.unwrap() {
+                Err(TransportError::Busy { limit: 3, .. }) => busy += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(busy, 47);
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3, "connections the server saw");
+        let message = TransportError::Busy { url: "u".into(), limit: 3 }.to_string();
+        assert!(message.contains("max_concurrent_requests"), "{message}");
+        running.iter().for_each(tokio::task::JoinHandle::abort);
     }
 
     #[test]

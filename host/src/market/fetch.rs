@@ -68,6 +68,13 @@ pub async fn get(url: &Url, max: u64, timeout: Duration) -> Result<Vec<u8>, Mark
         .map_err(|e| fail(e.to_string()))?;
     let read = async {
         let mut response = client.get(url.clone()).send().await.map_err(|e| fail(describe(&e, timeout)))?;
+        if response.status().is_redirection() {
+            // Not followed (see the client): a new request would skip the
+            // scheme check; the index names final URLs.
+            let to = response.headers().get(reqwest::header::LOCATION).and_then(|l| l.to_str().ok()).unwrap_or("nowhere readable");
+            let to = crate::text::clip_for_terminal(to, 200, "location");
+            return Err(fail(format!("the server answered a redirect ({}) to {to}; redirects are not followed: use the final URL", response.status().as_u16())));
+        }
         if !response.status().is_success() {
             return Err(fail(format!("the server answered {}", response.status())));
         }
@@ -127,5 +134,39 @@ mod tests {
         assert!(join(&https, "http://evil.example/a.wasm").is_err());
         let file = parse("file:///srv/index.json").unwrap();
         assert_eq!(join(&file, "artifacts/a.wasm").unwrap().as_str(), "file:///srv/artifacts/a.wasm");
+    }
+
+    /// A hostile index server redirects to another host: the fetch fails
+    /// with the redirect named, and the other host is never contacted.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_redirect_is_refused_and_never_followed() {
+        let other = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let other_addr = other.local_addr().unwrap();
+        let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((_socket, _)) = other.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = served.clone();
+        let server = crate::testing::server::MockServer::start("Redirector", move |_request: hyper::Request<hyper::body::Incoming>| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                let response = hyper::Response::builder()
+                    .status(302)
+                    .header("location", format!("http://{other_addr}/index.json"))
+                    .body(http_body_util::Full::new(bytes::Bytes::from_static(b"")))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        let url = parse(&format!("http://{}/index.json", server.addr())).unwrap();
+        let e = get(&url, 1 << 20, Duration::from_secs(5)).await.unwrap_err().to_string();
+        assert!(e.contains(&format!("a redirect (302) to http://{other_addr}/index.json")) && e.contains("not followed"), "{e}");
+        assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1, "the first hop was served");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the other host was contacted");
     }
 }

@@ -32,6 +32,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 use super::grants::{HostPattern, best_match, is_private};
 use super::manifest::channel::Injection;
 use super::secrets::Secrets;
+use super::warn_budget::WarnBudget;
 
 /// Largest response body read whole to redact secrets from it; a larger one
 /// to a request that carried a secret is refused.
@@ -57,6 +58,9 @@ pub struct HttpPolicy {
     in_flight: Arc<tokio::sync::Semaphore>,
     max_in_flight: u32,
     outbound: Option<Arc<Outbound>>,
+    /// The call's warning lines about refused requests (a guest can make
+    /// thousands): the first few, then one summary line.
+    warnings: Arc<WarnBudget>,
 }
 
 impl HttpPolicy {
@@ -64,10 +68,11 @@ impl HttpPolicy {
     /// with `outbound`'s secrets and rewrite when given.
     pub fn new(plugin: Arc<str>, granted: Vec<HostPattern>, max_in_flight: u32, outbound: Option<Arc<Outbound>>) -> Self {
         HttpPolicy {
-            plugin,
             granted: granted.into(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight as usize)),
             max_in_flight,
+            warnings: Arc::new(WarnBudget::per_call(plugin.clone(), "refused requests", super::warn_budget::PER_CALL)),
+            plugin,
             outbound,
         }
     }
@@ -187,9 +192,12 @@ impl WasiHttpHooks for HttpPolicy {
         let permit = self.in_flight.clone().try_acquire_owned();
         let max_in_flight = self.max_in_flight;
         let outbound = self.outbound.clone();
+        let warnings = self.warnings.clone();
         Box::new(async move {
             let Ok(permit) = permit else {
-                tracing::warn!(plugin = &*plugin, "outgoing HTTP refused: {max_in_flight} requests already in flight");
+                if warnings.admit() {
+                    tracing::warn!(plugin = &*plugin, "outgoing HTTP refused: {max_in_flight} requests already in flight");
+                }
                 return Err(HttpError::InternalError(Some(format!(
                     "more than {max_in_flight} HTTP requests in flight in one call (config [limits] max_http_requests)"
                 ))));
@@ -202,15 +210,11 @@ impl WasiHttpHooks for HttpPolicy {
                 refuse_missing_secret(&plugin, outbound, &request)?;
             }
             let redirected = outbound.as_ref().is_some_and(|o| o.redirects(request.uri()));
-            let pinned = if redirected {
-                if !granted_name(&granted, request.uri()) {
-                    tracing::warn!(plugin = &*plugin, uri = %request.uri(), "outgoing HTTP denied: not granted");
-                    return Err(HttpError::HttpRequestDenied);
-                }
-                None
-            } else {
-                admit(&plugin, &granted, request.uri()).await?
-            };
+            // A platform request the `api_base` rewrite sends to the
+            // user's configured base is admitted as such, whatever the
+            // grant: the base is the user's own word (a local Bot API the
+            // grant cannot name, since the manifest does not ask for it).
+            let pinned = if redirected { None } else { admit(&plugin, &granted, request.uri(), &warnings).await? };
             let redact = match &outbound {
                 Some(outbound) => substitute_secrets(outbound, &mut request)?,
                 None => false,
@@ -237,20 +241,15 @@ impl WasiHttpHooks for HttpPolicy {
     }
 }
 
-/// True when `granted` names the host (and port) of `uri`: the grant check
-/// without resolving the name, for a platform request that the `api_base`
-/// rewrite sends to the user's configured base instead.
-pub(crate) fn granted_name(granted: &[HostPattern], uri: &Uri) -> bool {
-    let Some(authority) = uri.authority() else { return false };
-    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
-    let port = authority.port_u16().unwrap_or(if uri.scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 });
-    granted.iter().any(|p| p.matches(host, port))
-}
-
 /// Decides one request. Returns the address to pin a plain-HTTP request to.
-pub(crate) async fn admit(plugin: &str, granted: &[HostPattern], uri: &Uri) -> Result<Option<SocketAddr>, HttpError> {
+/// A denial is logged within `warnings`. Every hop of a redirect is a new
+/// request through here: neither `wasi:http` nor the host-run requests of
+/// channels follow a redirect themselves.
+pub(crate) async fn admit(plugin: &str, granted: &[HostPattern], uri: &Uri, warnings: &WarnBudget) -> Result<Option<SocketAddr>, HttpError> {
     let deny = |reason: String| {
-        tracing::warn!(plugin, %uri, "outgoing HTTP denied: {reason}");
+        if warnings.admit() {
+            tracing::warn!(plugin, %uri, "outgoing HTTP denied: {reason}");
+        }
         HttpError::HttpRequestDenied
     };
     let Some(authority) = uri.authority() else {

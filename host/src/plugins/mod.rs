@@ -37,6 +37,7 @@ pub mod sandbox;
 pub mod secrets;
 pub mod services;
 pub mod tool;
+pub mod warn_budget;
 pub mod world;
 
 pub use catalog::{BUILTIN_PLUGINS, Builtin, PluginCatalog, builtin};

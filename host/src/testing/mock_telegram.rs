@@ -386,6 +386,8 @@ struct State {
     /// (public origin, where it is really served): see `route_public_url`.
     tunnel: Option<(String, String)>,
     failures: HashMap<String, VecDeque<Failure>>,
+    /// Methods (lowercase) whose calls are logged and never answered.
+    hung: std::collections::HashSet<String>,
     log: Vec<TelegramRequest>,
     sent: Vec<SentMessage>,
     /// Current text of every message the bot sent, by (chat, message).
@@ -459,6 +461,7 @@ impl MockTelegram {
             webhook: None,
             tunnel: None,
             failures: HashMap::new(),
+            hung: std::collections::HashSet::new(),
             log: Vec::new(),
             sent: Vec::new(),
             texts: HashMap::new(),
@@ -561,6 +564,13 @@ impl MockTelegram {
     pub fn fail_next_with(&self, method: &str, status: u16, description: &str, retry_after: Option<u64>) {
         let failure = Failure { status, description: description.to_string(), retry_after };
         lock(&self.shared.state).failures.entry(method.to_ascii_lowercase()).or_default().push_back(failure);
+    }
+
+    /// A fault switch: from now on every call of `method` is logged (see
+    /// [`requests_for`](Self::requests_for)) and then never answered: the
+    /// connection stays open with no response head, as a stalled server's.
+    pub fn hang(&self, method: &str) {
+        lock(&self.shared.state).hung.insert(method.to_ascii_lowercase());
     }
 
     /// Every request, in arrival order.
@@ -747,8 +757,9 @@ async fn respond(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Resp
         Err(message) => return Ok(bad_request(&message)),
     };
     let method = method.trim_end_matches('/').to_string();
-    let (authorized, failure) = {
+    let (authorized, failure, hung) = {
         let mut state = lock(&shared.state);
+        let hung = state.hung.contains(&method.to_ascii_lowercase());
         let authorized = token == state.token;
         state.log.push(TelegramRequest {
             method: method.clone(),
@@ -765,8 +776,11 @@ async fn respond(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Resp
         } else {
             None
         };
-        (authorized, failure)
+        (authorized, failure, hung)
     };
+    if hung {
+        return std::future::pending().await;
+    }
     if !authorized {
         return Ok(error(401, "Unauthorized", None));
     }

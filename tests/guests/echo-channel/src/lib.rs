@@ -15,6 +15,14 @@
 //! `long-text` (one 100 KiB message), `fail` / `fatal` (the channel's own
 //! errors). `deliver` traps on the text `trap`; `upload-request` refuses
 //! every file (`fatal`), as a channel that cannot send files does.
+//!
+//! Hostile modes that attack the host's budgets, each one update per step
+//! (the rest of the batch waits for the next poll, so a flood lasts as long
+//! as the platform sends it): `http-flood URL N` (N `http` actions, GET URL
+//! with a 10-minute timeout: a server that never answers holds them),
+//! `emit-flood N` (N emits, each from a made-up chat and sender) and
+//! `media REF` (one message with a photo whose download the host runs:
+//! `{API}/file/REF`).
 
 use serde::Deserialize;
 
@@ -56,12 +64,16 @@ fn offset(state: &[u8]) -> Result<u64, ChannelError> {
 }
 
 fn inbound(event_id: String, text: String) -> Inbound {
+    inbound_from(event_id, text, "user-1".into(), "chat-1".into())
+}
+
+fn inbound_from(event_id: String, text: String, sender_id: String, chat_id: String) -> Inbound {
     let trigger = if text.starts_with('/') { Trigger::COMMAND } else { Trigger::empty() };
     Inbound {
         event_id,
-        sender_id: "user-1".into(),
+        sender_id,
         sender_name: Some("Test User".into()),
-        chat_id: "chat-1".into(),
+        chat_id,
         chat_kind: ChatKind::Direct,
         thread: None,
         text,
@@ -88,6 +100,30 @@ fn updates_step(body: &[u8], offset: u64) -> Result<Step, ChannelError> {
                 actions.extend((0..10_000).map(|i| Action::Emit(inbound(format!("flood-{i}"), "flood".into()))));
             }
             "long-text" => actions.push(Action::Emit(inbound(format!("upd-{}", update.id), "x".repeat(100 * 1024)))),
+            text if text.starts_with("http-flood ") => {
+                let mut words = text.split_whitespace().skip(1);
+                let url = words.next().unwrap_or_default().to_string();
+                let count: usize = words.next().and_then(|n| n.parse().ok()).unwrap_or(60);
+                actions.extend((0..count.min(62)).map(|_| {
+                    Action::Http(HttpRequest { method: HttpMethod::Get, url: url.clone(), headers: vec![], body: vec![], timeout_ms: 600_000 })
+                }));
+                next = update.id + 1;
+                break;
+            }
+            text if text.starts_with("emit-flood ") => {
+                let count: usize = text["emit-flood ".len()..].trim().parse().unwrap_or(60);
+                actions.extend((0..count.min(62)).map(|i| {
+                    let id = format!("flood-{}-{i}", update.id);
+                    Action::Emit(inbound_from(id.clone(), format!("flood message {id}"), format!("sender-{id}"), format!("chat-{id}")))
+                }));
+                next = update.id + 1;
+                break;
+            }
+            text if text.starts_with("media ") => {
+                let mut message = inbound(format!("upd-{}", update.id), "a photo".into());
+                message.media = vec![MediaRef { kind: "photo".into(), reference: text["media ".len()..].trim().into(), mime: None, size: None, file_name: None }];
+                actions.push(Action::Emit(message));
+            }
             "fail" => return Err(ChannelError::Transient("the platform said 502".into())),
             "fatal" => return Err(ChannelError::Fatal("the platform said 401: token revoked".into())),
             _ => actions.push(Action::Emit(inbound(format!("upd-{}", update.id), update.text))),
