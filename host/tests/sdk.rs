@@ -9,7 +9,7 @@
 //! JavaScript one ~12 MB; each takes 10–20 s to build and as long to
 //! compile on two cores, so there is one of each.
 //!
-//! The toolchains come from the registries (`.ci/run` installs them). A
+//! The toolchains come from the registries (`scripts/test slow` installs them). A
 //! missing one fails the test, naming what to install; it never skips.
 
 mod common;
@@ -27,10 +27,10 @@ const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 fn require_python_toolchain() {
     let ok = |program: &str| Command::new(program).arg("--version").output().is_ok_and(|o| o.status.success());
     assert!(ok("python3"), "`python3` is missing: the Python SDK test needs Python 3.10 or later");
-    assert!(ok("componentize-py"), "`componentize-py` is missing: pip install componentize-py==0.25.1 (as .ci/run does)");
+    assert!(ok("componentize-py"), "`componentize-py` is missing: pip install componentize-py==0.25.1 (as scripts/test does)");
 }
 
-/// The node_modules with componentize-js that `.ci/run` installs; fails
+/// The node_modules with componentize-js that `scripts/test slow` installs; fails
 /// (never skips) when it or node is missing.
 fn require_js_toolchain() -> PathBuf {
     let node = Command::new("node").arg("--version").output();
@@ -38,7 +38,7 @@ fn require_js_toolchain() -> PathBuf {
     let modules = Path::new(REPO).join("sdk/js/node_modules");
     assert!(
         modules.join("@bytecodealliance/componentize-js/src/componentize.js").is_file(),
-        "{} has no componentize-js: run `npm ci --prefix sdk/js` (as .ci/run does)",
+        "{} has no componentize-js: run `npm ci --prefix sdk/js` (as scripts/test does)",
         modules.display()
     );
     modules
@@ -102,6 +102,7 @@ def raw_raise() -> str:
 "#;
 
 #[test]
+#[ignore = "slow: builds an ~18 MB component with componentize-py"]
 fn a_python_plugin_from_plugin_new_to_the_agent() {
     require_python_toolchain();
     let home = tempfile::tempdir().unwrap();
@@ -182,6 +183,7 @@ tool({ name: "kaput", description: "Throws (test only)." }, () => {
 "#;
 
 #[test]
+#[ignore = "slow: builds a ~12 MB component with componentize-js"]
 fn a_javascript_plugin_from_plugin_new_to_tool_call() {
     let modules = require_js_toolchain();
     let home = tempfile::tempdir().unwrap();
@@ -265,6 +267,7 @@ type = "object"
 "#;
 
 #[test]
+#[ignore = "slow: builds and tests a Rust plugin with cargo"]
 fn a_rust_plugin_from_plugin_new_to_tool_call() {
     let home = tempfile::tempdir().unwrap();
     let dir = home.path().join("greeter");

@@ -2,7 +2,7 @@
 //! scripted mock LLM that streams slowly, and the page driven in Debian's
 //! headless Chromium by `tests/webchat/drive.js` (playwright-core). The
 //! browser part needs `/usr/bin/chromium`, `node` and
-//! `npm ci --prefix host/tests/webchat`; `.ci/run` installs all three, and
+//! `npm ci --prefix host/tests/webchat`; `scripts/test slow` installs all three, and
 //! the test fails, naming what is missing, rather than skip.
 
 mod common;
@@ -66,13 +66,13 @@ fn require_browser() -> PathBuf {
     let chromium = PathBuf::from(std::env::var("CHITIN_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()));
     assert!(
         chromium.exists(),
-        "{} is missing: the web chat test needs Debian's Chromium (`apt-get install -y --no-install-recommends chromium`, as .ci/run does)",
+        "{} is missing: the web chat test needs Debian's Chromium (`apt-get install -y --no-install-recommends chromium`, as scripts/test does)",
         chromium.display()
     );
     let node = Command::new("node").arg("--version").output();
     assert!(node.is_ok_and(|o| o.status.success()), "`node` is missing: the web chat test drives the browser with Node.js and playwright-core");
     let playwright = support_dir().join("node_modules/playwright-core");
-    assert!(playwright.exists(), "{} is missing: run `npm ci --prefix host/tests/webchat` (as .ci/run does)", playwright.display());
+    assert!(playwright.exists(), "{} is missing: run `npm ci --prefix host/tests/webchat` (as scripts/test does)", playwright.display());
     chromium
 }
 
@@ -125,6 +125,7 @@ async fn the_page_is_public_and_every_chat_call_needs_the_token() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "slow: drives Chromium"]
 async fn a_browser_streams_a_reply_renders_it_safely_switches_sessions_stops_and_reconnects() {
     require_browser();
     let mock = mock();
@@ -419,6 +420,7 @@ fn hostile_reply() -> String {
 /// deltas leaves the page answering and is shown as text; and a table of
 /// Markdown → HTML cases, all in Debian's Chromium.
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "slow: drives Chromium"]
 async fn a_hostile_reply_renders_in_linear_time_escaped_in_a_browser() {
     require_browser();
     let reply = hostile_reply();
