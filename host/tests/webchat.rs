@@ -547,6 +547,7 @@ async fn a_hostile_reply_renders_in_linear_time_escaped_in_a_browser() {
 /// refuses before the bus, so the model never sees its sentinel; and a
 /// read of the history, which the browser does not let it see.
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "slow: drives Chromium"]
 async fn without_a_token_the_page_works_and_a_foreign_page_cannot_post() {
     require_browser();
     let mock = mock();
