@@ -319,10 +319,12 @@ impl Secrets {
     /// `application/x-www-form-urlencoded` body. Any other body, and free
     /// text anywhere, goes as written.
     pub fn fill_body<'a>(&self, body: &'a [u8], content_type: Option<&str>, dest: &Destination<'_>) -> Result<Cow<'a, [u8]>, SecretRefused> {
-        if !contains(body, PLACEHOLDER_START.as_bytes()) {
+        let mime = content_type.unwrap_or_default().split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        // A form body holds the placeholder percent-encoded: it is parsed
+        // whatever its bytes; anything else needs the placeholder as is.
+        if mime != "application/x-www-form-urlencoded" && !contains(body, PLACEHOLDER_START.as_bytes()) {
             return Ok(Cow::Borrowed(body));
         }
-        let mime = content_type.unwrap_or_default().split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
         if mime == "application/json" || mime.ends_with("+json") {
             let Ok(serde_json::Value::Object(mut object)) = serde_json::from_slice::<serde_json::Value>(body) else {
                 return Ok(Cow::Borrowed(body));
