@@ -77,7 +77,8 @@ impl Hostile {
                         log.push(request.clone());
                         answer(&request, &earlier)
                     };
-                    let mut head = format!("HTTP/1.1 {status} Whatever\r\ncontent-length: {}\r\n", body.len()).into_bytes();
+                    // One request per connection: say so, or a client reuses it.
+                    let mut head = format!("HTTP/1.1 {status} Whatever\r\ncontent-length: {}\r\nconnection: close\r\n", body.len()).into_bytes();
                     for (name, value) in headers {
                         head.extend_from_slice(name.as_bytes());
                         head.extend_from_slice(b": ");
