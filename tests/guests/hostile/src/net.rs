@@ -116,6 +116,12 @@ fn http_error(code: &HttpError) -> ToolError {
 
 /// A GET request for `url` (`scheme://authority/path?query`), empty body.
 fn build_get(url: &str) -> Result<OutgoingRequest, ToolError> {
+    build_with(url, Fields::new())
+}
+
+/// A GET request for `url` with `headers` (a request's headers cannot be
+/// changed once it is made).
+fn build_with(url: &str, headers: Fields) -> Result<OutgoingRequest, ToolError> {
     let invalid = |what: &str| ToolError::InvalidArgs(format!("{what} in url {url:?}"));
     let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid("no scheme"))?;
     let rest = rest.split('#').next().unwrap_or_default();
@@ -134,7 +140,7 @@ fn build_get(url: &str) -> Result<OutgoingRequest, ToolError> {
         other => Scheme::Other(other.to_string()),
     };
 
-    let request = OutgoingRequest::new(Fields::new());
+    let request = OutgoingRequest::new(headers);
     request
         .set_method(&Method::Get)
         .map_err(|()| invalid("bad method"))?;
@@ -333,7 +339,13 @@ fn get() -> String {
 /// a text conversion: `{"status", "headers": [[name, hex]], "body_hex"}`.
 /// A test then looks for the secret in every form the guest could decode.
 pub fn http_request(args: HttpRequestArgs) -> Result<String, ToolError> {
-    let request = build_get(&args.url)?;
+    let headers = Fields::new();
+    for (name, value) in &args.headers {
+        headers
+            .append(name, value.as_bytes())
+            .map_err(|e| ToolError::InvalidArgs(format!("header {name}: {e:?}")))?;
+    }
+    let request = build_with(&args.url, headers)?;
     let method = match args.method.to_ascii_uppercase().as_str() {
         "GET" => Method::Get,
         "POST" => Method::Post,
@@ -343,13 +355,6 @@ pub fn http_request(args: HttpRequestArgs) -> Result<String, ToolError> {
     request
         .set_method(&method)
         .map_err(|()| ToolError::InvalidArgs("bad method".into()))?;
-    let headers = request.headers();
-    for (name, value) in &args.headers {
-        headers
-            .append(name, value.as_bytes())
-            .map_err(|e| ToolError::InvalidArgs(format!("header {name}: {e:?}")))?;
-    }
-    drop(headers);
     let body = request
         .body()
         .map_err(|()| ToolError::Failed("request body already taken".into()))?;
