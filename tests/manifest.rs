@@ -131,7 +131,7 @@ fn valid_channel() -> Value {
         "channel": {
             "receive": ["poll", "webhook", "socket"],
             "secrets": [
-                {"name": "bot_token", "audience": "api.chat.example", "inject": ["url", "header"]},
+                {"name": "bot_token", "audience": "api.chat.example", "inject": ["path", {"header": "Authorization"}, {"query": "key"}, {"field": "token"}]},
                 {"name": "gateway_token", "audience": "hooks.chat.example:8443", "inject": ["frame"]},
                 {"name": "signing_secret"}
             ],
@@ -196,7 +196,11 @@ fn invalid_channel_sections_name_the_field() {
         })),
         ("channel.secrets[0].audience".into(), Box::new(|v| { v["channel"]["secrets"][0].as_object_mut().unwrap().remove("audience"); })),
         ("channel.secrets[0].inject".into(), Box::new(|v| v["channel"]["secrets"][0]["inject"] = json!([]))),
-        ("channel.secrets[0].inject[1]".into(), Box::new(|v| v["channel"]["secrets"][0]["inject"] = json!(["url", "url"]))),
+        ("channel.secrets[0].inject[1]".into(), Box::new(|v| v["channel"]["secrets"][0]["inject"] = json!(["path", "path"]))),
+        ("channel.secrets[0].inject[1]".into(), Box::new(|v| v["channel"]["secrets"][0]["inject"] = json!([{"header": "x-k"}, {"header": "X-K"}]))),
+        ("channel.secrets[0].inject[0]".into(), Box::new(|v| v["channel"]["secrets"][0]["inject"] = json!([{"header": "x k"}]))),
+        ("channel.secrets[0].inject[0]".into(), Box::new(|v| v["channel"]["secrets"][0]["inject"] = json!([{"query": "a&b"}]))),
+        ("channel.secrets[0].inject[0]".into(), Box::new(|v| v["channel"]["secrets"][0]["inject"] = json!([{"field": ""}]))),
         ("channel.secrets[1].inject[0]".into(), Box::new(|v| v["channel"]["receive"] = json!(["poll", "webhook"]))),
         ("channel.secrets[2]".into(), Box::new(|v| v["channel"]["webhook"]["verify"]["secret"] = json!("bot_token"))),
         ("channel.webhook".into(), Box::new(|v| { v["channel"].as_object_mut().unwrap().remove("webhook"); })),
@@ -248,18 +252,18 @@ fn unknown_channel_fields_and_recipes_are_errors() {
 fn a_tool_plugins_secrets_are_validated_like_a_channels() {
     let secret = |v: &mut Value, s: Value| v["secrets"] = json!([s]);
     let mut ok = valid();
-    secret(&mut ok, json!({"name": "api_key", "audience": "api.weather.example", "inject": ["header"]}));
+    secret(&mut ok, json!({"name": "api_key", "audience": "api.weather.example", "inject": [{"header": "x-api-key"}, "path", {"query": "appid"}]}));
     let m = Manifest::from_json(ok.to_string().as_bytes()).unwrap();
     assert_eq!(m.secrets[0].name, "api_key");
 
     let cases: Vec<(Value, &str, &str)> = vec![
-        (json!({"name": "Key", "audience": "api.weather.example", "inject": ["header"]}), "secrets[0].name", "[a-z]"),
-        (json!({"name": "k", "audience": "evil.example", "inject": ["header"]}), "secrets[0].audience", "not in capabilities.network"),
-        (json!({"name": "k", "audience": "*", "inject": ["header"]}), "secrets[0].audience", "not a wildcard"),
-        (json!({"name": "k", "inject": ["header"]}), "secrets[0].audience", "one host"),
+        (json!({"name": "Key", "audience": "api.weather.example", "inject": ["path"]}), "secrets[0].name", "[a-z]"),
+        (json!({"name": "k", "audience": "evil.example", "inject": ["path"]}), "secrets[0].audience", "not in capabilities.network"),
+        (json!({"name": "k", "audience": "*", "inject": ["path"]}), "secrets[0].audience", "not a wildcard"),
+        (json!({"name": "k", "inject": ["path"]}), "secrets[0].audience", "one host"),
         (json!({"name": "k", "audience": "api.weather.example", "inject": ["frame"]}), "secrets[0].inject[0]", "tool plugin"),
         (json!({"name": "k"}), "secrets[0]", "not injected"),
-        (json!({"name": "k", "audience": "api.weather.example", "inject": ["body"]}), "secrets[0].inject[0]", "header"),
+        (json!({"name": "k", "audience": "api.weather.example", "inject": [{"field": "key"}]}), "secrets[0].inject[0]", "header"),
     ];
     for (spec, field, words) in cases {
         let (got, text) = rejected(|v| {
@@ -271,7 +275,27 @@ fn a_tool_plugins_secrets_are_validated_like_a_channels() {
     }
     // A channel keeps its secrets in its own section.
     let mut channel = valid_channel();
-    channel["secrets"] = json!([{"name": "k", "audience": "api.chat.example", "inject": ["url"]}]);
+    channel["secrets"] = json!([{"name": "k", "audience": "api.chat.example", "inject": ["path"]}]);
     let err = Manifest::from_json(channel.to_string().as_bytes()).unwrap_err();
     assert_eq!(err.field, "secrets", "{err}");
+}
+
+/// The catch-all places of before (`url`, `header`, `body`) are refused
+/// with the precise forms that replace them, in a channel and a tool plugin.
+#[test]
+fn retired_injection_places_name_their_precise_forms() {
+    for (old, words) in [("url", vec!["\"path\"", "{\"query\": NAME}"]), ("header", vec!["{\"header\": NAME}"]), ("body", vec!["{\"field\": NAME}"])] {
+        let (_, message) = channel_rejected(|v| v["channel"]["secrets"][0]["inject"] = json!([old]));
+        assert!(message.contains(&format!("`\"{old}\"` is no longer an injection place")), "{message}");
+        for word in &words {
+            assert!(message.contains(word), "{old}: {message}");
+        }
+        let (_, message) = rejected(|v| {
+            v["capabilities"]["network"] = json!(["api.weather.example"]);
+            v["secrets"] = json!([{"name": "k", "audience": "api.weather.example", "inject": [old]}]);
+        });
+        assert!(message.contains("no longer an injection place"), "{message}");
+    }
+    let (_, message) = channel_rejected(|v| v["channel"]["secrets"][0]["inject"] = json!([{"cookie": "k"}]));
+    assert!(message.contains("cookie") && message.contains("\"path\""), "{message}");
 }

@@ -6,7 +6,10 @@
 //! calls per second with parallel callers; process start to first result
 //! with a warm cache; startup with 50 installed plugins; compiling the
 //! built-in fs plugin in the compile child vs in process; the cost of one
-//! channel callback (fresh instance + call + step bounds check).
+//! channel callback (fresh instance + call + step bounds check); the
+//! per-call overhead of secret redaction on a 1 MiB response (the body
+//! alone, and a whole `wasi:http` call of the hostile guest), against the
+//! same response unredacted in the same run.
 
 use std::path::Path;
 use std::process::Command;
@@ -22,6 +25,7 @@ use serde_json::json;
 const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
 const ECHO_CHANNEL_WASM: &str = env!("CHITIN_ECHO_CHANNEL_WASM");
 const CHITIN_BIN: &str = env!("CARGO_BIN_EXE_chitin");
+const HOSTILE_WASM: &str = env!("CHITIN_HOSTILE_WASM");
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -30,6 +34,8 @@ fn main() {
 
     println!("chitin plugin benchmark (hello-tool, {} KiB)", hello.len() / 1024);
     rt.block_on(channel_callback(home.path()));
+    rt.block_on(redaction_body());
+    rt.block_on(redaction_call(home.path()));
     load_cold_vs_warm(&rt, &hello, home.path());
     compile_child_vs_in_process(&rt, home.path());
     let app = App::open(DataDir::at(home.path()), AppOptions { extra_plugins: vec![HELLO_WASM.into()], ..Default::default() }).unwrap();
@@ -203,6 +209,118 @@ async fn channel_callback(home: &Path) {
         us(p99),
         us(r50),
         us(r99)
+    );
+}
+
+/// A 1 MiB response (with the value in it twice) as hyper hands it over,
+/// 16 KiB a frame.
+fn one_mib(value: &str) -> Vec<bytes::Bytes> {
+    let mut body = vec![b'a'; 1 << 20];
+    for at in [1000, 700_000] {
+        body[at..at + value.len()].copy_from_slice(value.as_bytes());
+    }
+    body.chunks(16 * 1024).map(bytes::Bytes::copy_from_slice).collect()
+}
+
+/// The body alone: streamed through [`RedactingBody`] and collected, vs
+/// collected as it is. Medians of 200.
+async fn redaction_body() {
+    use chitin::plugins::manifest::channel::{Injection, SecretSpec};
+    use chitin::plugins::redact::RedactingBody;
+    use http_body_util::BodyExt;
+    let value = "123456:ABC-real-token-value";
+    let spec = SecretSpec { name: "bot_token".into(), audience: Some("api.telegram.org".into()), inject: vec![Injection::Path] };
+    let secrets = chitin::plugins::secrets::Secrets::new(&[spec], |_| Some(value)).unwrap();
+    let redactor = secrets.redactor().unwrap().clone();
+    let chunks = one_mib(value);
+    let body = || {
+        let frames = chunks.iter().cloned().map(|c| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(c))).collect::<Vec<_>>();
+        http_body_util::StreamBody::new(futures::stream::iter(frames))
+    };
+    let (mut plain, mut redacted) = (Vec::new(), Vec::new());
+    for _ in 0..200 {
+        let started = Instant::now();
+        let out = body().collect().await.unwrap().to_bytes();
+        plain.push(started.elapsed());
+        assert_eq!(out.len(), 1 << 20);
+        let started = Instant::now();
+        let out = RedactingBody::new(body(), &redactor, |_, e| e).collect().await.unwrap().to_bytes();
+        redacted.push(started.elapsed());
+        assert!(!out.windows(value.len()).any(|w| w == value.as_bytes()));
+    }
+    let (plain, redacted) = (median(plain), median(redacted));
+    println!(
+        "redaction, 1 MiB body in 16 KiB frames: plain {:.3} ms, redacted {:.3} ms, overhead {:.3} ms (target ≤ 2 ms), ratio {:.2}x",
+        ms(plain),
+        ms(redacted),
+        ms(redacted.saturating_sub(plain)),
+        redacted.as_secs_f64() / plain.as_secs_f64()
+    );
+}
+
+/// A whole call: the hostile guest GETs a 1 MiB response from a server on
+/// 127.0.0.1 through `wasi:http` and returns it, with its secret set (every
+/// response redacted) and without (none). Medians of 20 each, interleaved.
+async fn redaction_call(home: &Path) {
+    use chitin::plugins::grants::SecretValues;
+    use chitin::plugins::{GrantConfig, Limits};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let value = "777:bench-token-value";
+    let body: Vec<u8> = one_mib(value).concat();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut read = 0;
+                while !buf[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf[read..]).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => read += n,
+                    }
+                }
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+            });
+        }
+    });
+    let bytes: Arc<[u8]> = std::fs::read(HOSTILE_WASM).expect("the hostile guest is built by host/build.rs").into();
+    let limits = Limits { max_output_kb: 8 * 1024, ..Limits::default() };
+    let runtime = PluginRuntime::new(RuntimeConfig { workspace: home.to_path_buf(), cache_dir: Some(home.join("bench-cache")), limits }).unwrap();
+    let grant = |secret: bool| GrantConfig {
+        network: vec!["127.0.0.1".into()],
+        secrets: if secret { SecretValues([("token".to_string(), value.to_string())].into()) } else { SecretValues::default() },
+        ..GrantConfig::default()
+    };
+    let with = runtime.load(PluginSource::File(HOSTILE_WASM.into()), bytes.clone(), &grant(true)).unwrap();
+    let without = runtime.load(PluginSource::File(HOSTILE_WASM.into()), bytes.clone(), &grant(false)).unwrap();
+    let ctx = CallContext { session_key: "bench:1".into(), channel: "bench".into(), chat_id: "1".into(), call_id: "c".into() };
+    let args = json!({"url": format!("http://{addr}/big")}).to_string();
+    let (mut plain, mut redacted) = (Vec::new(), Vec::new());
+    for round in 0..23 {
+        let started = Instant::now();
+        let out = runtime.call(&without, "http_request", &args, &ctx, None).await.unwrap();
+        let took = started.elapsed();
+        assert!(out.len() > 2 << 20);
+        let started = Instant::now();
+        let out = runtime.call(&with, "http_request", &args, &ctx, None).await.unwrap();
+        let took_redacted = started.elapsed();
+        assert!(out.len() > 2 << 20);
+        if round >= 3 {
+            plain.push(took);
+            redacted.push(took_redacted);
+        }
+    }
+    let (plain, redacted) = (median(plain), median(redacted));
+    println!(
+        "redaction, whole wasi:http call reading 1 MiB (hostile guest, hex result): unredacted {:.2} ms, redacted {:.2} ms, overhead {:.2} ms (target ≤ 2 ms), ratio {:.3}x",
+        ms(plain),
+        ms(redacted),
+        ms(redacted.saturating_sub(plain)),
+        redacted.as_secs_f64() / plain.as_secs_f64()
     );
 }
 

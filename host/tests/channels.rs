@@ -1080,7 +1080,7 @@ fn install_echo_variant(home: &Path, name: &str, verify: serde_json::Value, extr
     manifest["name"] = name.into();
     manifest["channel"]["receive"] = serde_json::json!(["webhook"]);
     manifest["channel"].as_object_mut().unwrap().remove("poll");
-    let mut secrets = vec![serde_json::json!({"name": "token", "audience": "api.example.test", "inject": ["url"]})];
+    let mut secrets = vec![serde_json::json!({"name": "token", "audience": "api.example.test", "inject": ["path"]})];
     secrets.extend(extra_secrets.as_array().unwrap().iter().cloned());
     manifest["channel"]["secrets"] = secrets.into();
     manifest["channel"]["webhook"]["verify"] = verify;

@@ -712,3 +712,52 @@ fn a_component_that_links_but_cannot_instantiate_is_refused_at_install() {
     // The host still works.
     assert!(m.user(&["plugin", "list"]).status.success());
 }
+
+/// Issue 18: a marketplace update that widens where a secret is injected
+/// (a new place) or where it is sent (a new audience) is an escalation that
+/// waits for `approve`; the same places written otherwise are not. The
+/// review, `plugin inspect` (text and JSON) and `chitin.lock` name each
+/// secret's audience and exact places.
+#[test]
+fn an_update_that_widens_where_a_secret_goes_waits_for_approval() {
+    let m = Market::new();
+    let caps = |network: &str, audience: &str, inject: &str| {
+        format!("network = [{network}]\n[[secrets]]\nname = \"api_key\"\naudience = \"{audience}\"\ninject = {inject}")
+    };
+    m.publish("hello", "1.0.0", &caps("\"api.example\"", "api.example", r#"[{ header = "x-api-key" }]"#));
+    m.sign_index(30);
+    m.configure_http();
+    let out = m.user(&["plugin", "install", "hello", "--yes"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("secret: api_key -> api.example in header x-api-key"), "the review names the place: {}", stdout(&out));
+    assert!(m.lock().unwrap().contains("api_key -> api.example in header x-api-key"), "{}", m.lock().unwrap());
+    let out = m.user(&["plugin", "inspect", "hello"]);
+    assert!(stdout(&out).contains("api_key: to api.example, in header x-api-key"), "{}", stdout(&out));
+    let inspect: Value = serde_json::from_slice(&m.user(&["plugin", "inspect", "hello", "--json"]).stdout).unwrap();
+    assert_eq!(inspect["secrets"][0]["audience"], "api.example");
+    assert_eq!(inspect["secrets"][0]["inject"], serde_json::json!(["header x-api-key"]));
+    assert_eq!(inspect["manifest"]["secrets"][0]["inject"], serde_json::json!([{"header": "x-api-key"}]));
+
+    // The same place, another spelling of the header: applied.
+    m.publish("hello", "1.1.0", &caps("\"api.example\"", "api.example", r#"[{ header = "X-Api-Key" }]"#));
+    m.sign_index(30);
+    let out = m.user(&["plugin", "update"]);
+    assert!(out.status.success() && stdout(&out).contains("updated hello 1.0.0 → 1.1.0"), "{}{}", stdout(&out), stderr(&out));
+
+    // A query parameter too, where a platform might store and show it: staged.
+    m.publish("hello", "2.0.0", &caps("\"api.example\"", "api.example", r#"[{ header = "x-api-key" }, { query = "text" }]"#));
+    m.sign_index(30);
+    let out = m.user(&["plugin", "update"]);
+    refused(&out, &["the update of hello to 2.0.0 asks for more than you approved", "secret api_key injected in new places: query text", "chitin plugin approve hello"]);
+    let lock = m.lock().unwrap();
+    assert!(lock.contains("[staged.hello]") && lock.contains("[plugins.hello]\nversion = \"1.1.0\""), "{lock}");
+    let out = m.user(&["plugin", "approve", "hello"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(m.lock().unwrap().contains("api_key -> api.example in header x-api-key, query text"), "{}", m.lock().unwrap());
+
+    // The same secret to another host: staged too.
+    m.publish("hello", "3.0.0", &caps("\"api.example\", \"other.example\"", "other.example", r#"[{ header = "x-api-key" }]"#));
+    m.sign_index(30);
+    let out = m.user(&["plugin", "update"]);
+    refused(&out, &["secret api_key sent to a new host: other.example (was api.example)"]);
+}

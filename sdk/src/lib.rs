@@ -89,9 +89,10 @@ pub use chitin_sdk_macros::tool;
 ///     description: "Greets people",  // optional; default: the package description
 ///     workspace: "none",             // optional: "none" (default), "read", "read-write"
 ///     network: ["api.example.com"],  // optional: hosts (host or host:port, or "*") for wasi:http
-///     secrets: [                     // optional: `{{secret:api_key}}` in a request's URL or a header
-///         api_key: { audience: "api.example.com", inject: ["header"] },  // is filled in by the host,
-///     ],                             // for that host only; the value is never in the sandbox
+///     secrets: [                     // optional: `{{secret:api_key}}` in the places named: "path",
+///         api_key: { audience: "api.example.com", inject: [{ header: "x-api-key" }] },  // { header: "NAME" },
+///     ],                             // { query: "NAME" }; filled in by the host for that host only,
+///                                    // over https only; the value is never in the sandbox
 ///     tools: [greet, shout],         // functions marked #[tool], by path
 /// }
 /// ```

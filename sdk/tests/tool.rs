@@ -122,7 +122,7 @@ mod plugin {
         name: "test-plugin_2",
         workspace: "read-write",
         network: ["api.example.com", "127.0.0.1:8080"],
-        secrets: [api_key: { audience: "api.example.com", inject: ["header", "url"] }],
+        secrets: [api_key: { audience: "api.example.com", inject: [{ header: "X-Api-Key" }, "path", { query: "key" }] }],
         tools: [super::greet, first, super::who_am_i],
     }
 
@@ -147,7 +147,7 @@ mod plugin {
         );
         assert_eq!(
             m["secrets"],
-            json!([{"name": "api_key", "audience": "api.example.com", "inject": ["header", "url"]}])
+            json!([{"name": "api_key", "audience": "api.example.com", "inject": [{"header": "X-Api-Key"}, "path", {"query": "key"}]}])
         );
     }
 

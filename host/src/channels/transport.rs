@@ -12,9 +12,17 @@
 //!    URL the plugin wrote: a request the `api_base` rewrite redirects is
 //!    admitted as the platform request it is, and the base (the user's own
 //!    config, e.g. a self-hosted Bot API on 127.0.0.1) is dialled as given;
-//! 3. `{{secret:NAME}}` substituted by [`Secrets`] where declared;
-//! 4. the response (headers, body) and any error text redacted, so nothing
-//!    the component or a log sees carries a secret value.
+//! 3. `{{secret:NAME}}` substituted by [`Secrets`] in the places declared
+//!    (a path segment, a named header, query parameter or body field), and
+//!    only over `https://` or plain `http://` to loopback (judged on where
+//!    the request really goes): a request that would carry a secret
+//!    elsewhere is refused, not sent;
+//! 4. for a channel that holds a secret value, every response (headers as
+//!    bytes, body, downloads) and any error text redacted, whichever
+//!    request it answers, so nothing the component or a log sees carries a
+//!    secret value; its requests ask for `Accept-Encoding: identity` and a
+//!    response encoded anyway is refused (compressed bytes cannot be
+//!    redacted).
 //!
 //! Redirects are never followed (the one HTTP policy of every host-run
 //! request, as for `wasi:http`): a poll's, an `http` action's or an upload's
@@ -37,8 +45,7 @@ use std::time::Duration;
 
 use crate::plugins::channel::{HttpMethod, HttpRequest, HttpResponse, MAX_BODY_BYTES, Upload};
 use crate::plugins::grants::HostPattern;
-use crate::plugins::manifest::channel::Injection;
-use crate::plugins::secrets::Secrets;
+use crate::plugins::secrets::{Destination, Place, Secrets};
 use crate::plugins::warn_budget::{self, WarnBudget};
 
 /// Default wait for a request that names no timeout.
@@ -57,6 +64,10 @@ pub enum TransportError {
     /// The URL does not parse.
     #[error("bad request URL {url}: {message}")]
     BadUrl { url: String, message: String },
+    /// The request would carry a secret where it must not go, or one
+    /// without a value; it was not sent.
+    #[error("request to {url} refused: {message}")]
+    Refused { url: String, message: String },
     /// Connecting, sending or reading failed (text redacted).
     #[error("request to {url} failed: {message}")]
     Failed { url: String, message: String },
@@ -146,9 +157,12 @@ impl Transport {
         use tokio::io::AsyncReadExt;
         let url = &upload.request.url;
         let (aud_host, aud_port) = audience(url);
+        let (scheme, actual_host) = self.actual_target(url);
+        let dest = Destination::new(&aud_host, aud_port, &scheme, &actual_host);
         let mut form = reqwest::multipart::Form::new();
         for (name, value) in &upload.fields {
-            form = form.text(name.clone(), self.secrets.substitute(value, Injection::Body, &aud_host, aud_port).into_owned());
+            let value = self.secrets.fill(value, Place::Field(name), &dest).map_err(|e| TransportError::Refused { url: url.clone(), message: e.0 })?;
+            form = form.text(name.clone(), value.into_owned());
         }
         let bytes = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(file.take(size)));
         let part = reqwest::multipart::Part::stream_with_length(bytes, size)
@@ -164,12 +178,16 @@ impl Transport {
     async fn read(&self, written: &str, mut response: reqwest::Response) -> Result<HttpResponse, TransportError> {
         let written = written.to_string();
         let failed = |e: reqwest::Error| TransportError::Failed { url: written.clone(), message: self.secrets.redact(&e.without_url().to_string()).into_owned() };
+        self.refuse_encoded(&written, response.headers())?;
         let status = response.status().as_u16();
-        let headers = response
-            .headers()
+        let mut redacted = response.headers().clone();
+        if let Some(redactor) = self.secrets.redactor() {
+            redactor.redact_headers(&mut redacted);
+        }
+        let headers = redacted
             .iter()
             .take(crate::plugins::channel::MAX_HEADERS)
-            .map(|(n, v)| (n.as_str().to_string(), self.secrets.redact(&String::from_utf8_lossy(v.as_bytes())).into_owned()))
+            .map(|(n, v)| (n.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
             .collect();
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(failed)? {
@@ -201,6 +219,9 @@ impl Transport {
         if !(200..300).contains(&status) {
             return Err(DownloadError::Status(status));
         }
+        self.refuse_encoded(&written, response.headers()).map_err(DownloadError::Transport)?;
+        // Redacted like any response: the file goes to the model.
+        let mut redacting = self.secrets.redactor().map(|r| r.stream());
         if response.content_length().is_some_and(|len| len > cap) {
             return Err(DownloadError::TooLarge { cap });
         }
@@ -219,12 +240,24 @@ impl Transport {
                 url: written.clone(),
                 message: self.secrets.redact(&e.without_url().to_string()).into_owned(),
             }))? {
+                let chunk = match &mut redacting {
+                    Some(stream) => stream.push(&chunk),
+                    None => chunk,
+                };
                 size += chunk.len() as u64;
                 if size > cap {
                     return Err(DownloadError::TooLarge { cap });
                 }
                 hasher.update(&chunk);
                 file.write_all(&chunk).await.map_err(io("writing a media file", &partial))?;
+            }
+            if let Some(tail) = redacting.as_mut().map(|s| s.finish()) {
+                size += tail.len() as u64;
+                if size > cap {
+                    return Err(DownloadError::TooLarge { cap });
+                }
+                hasher.update(&tail);
+                file.write_all(&tail).await.map_err(io("writing a media file", &partial))?;
             }
             file.sync_all().await.map_err(io("syncing a media file", &partial))?;
             Ok((hasher.finalize(), size))
@@ -240,6 +273,34 @@ impl Transport {
                 let _ = tokio::fs::remove_file(&partial).await;
                 Err(e)
             }
+        }
+    }
+
+    /// Where a request to `url` (as the plugin wrote it) really goes after
+    /// the `api_base` rewrite: (scheme, host).
+    fn actual_target(&self, url: &str) -> (String, String) {
+        let target = match &self.rewrite {
+            Some((origin, base)) if url == origin || url.starts_with(&format!("{origin}/")) => format!("{base}{}", &url[origin.len()..]),
+            _ => url.to_string(),
+        };
+        match reqwest::Url::parse(&target) {
+            Ok(parsed) => (parsed.scheme().to_string(), parsed.host_str().unwrap_or_default().to_string()),
+            Err(_) => (String::new(), String::new()),
+        }
+    }
+
+    /// Refuses a response to a channel holding secrets that is encoded in a
+    /// way redaction cannot read (see [`crate::plugins::http`]).
+    fn refuse_encoded(&self, written: &str, headers: &reqwest::header::HeaderMap) -> Result<(), TransportError> {
+        if self.secrets.redactor().is_none() {
+            return Ok(());
+        }
+        match crate::plugins::http::encoded_response(headers) {
+            Some(reason) => {
+                tracing::warn!(channel = %self.plugin, "response refused: {reason}");
+                Err(TransportError::Failed { url: written.to_string(), message: reason })
+            }
+            None => Ok(()),
         }
     }
 
@@ -274,7 +335,12 @@ impl Transport {
         } else {
             crate::plugins::http::admit(&self.plugin, &self.granted, &uri, &self.warnings).await.map_err(|_| TransportError::Denied { url: written.clone() })?
         };
-        let substituted = self.secrets.substitute(&target, Injection::Url, &aud_host, aud_port).into_owned();
+        let dest = Destination::new(&aud_host, aud_port, parsed.scheme(), &host);
+        let refused = |e: crate::plugins::secrets::SecretRefused| {
+            tracing::warn!(channel = %self.plugin, "request refused: {e}");
+            TransportError::Refused { url: written.clone(), message: e.0 }
+        };
+        let substituted = self.secrets.fill_url(&target, &dest).map_err(refused)?.into_owned();
         let mut url = reqwest::Url::parse(&substituted).map_err(|_| bad("does not parse once secrets are substituted".into()))?;
         let host_header = parsed.port().map_or_else(|| host.clone(), |p| format!("{host}:{p}"));
         if let Some(addr) = pinned {
@@ -292,17 +358,26 @@ impl Transport {
         if pinned.is_some() {
             builder = builder.header(reqwest::header::HOST, host_header);
         }
+        let holds_values = self.secrets.redactor().is_some();
         for (name, value) in &request.headers {
             // A multipart body names its own type and boundary.
             if form.is_some() && name.eq_ignore_ascii_case("content-type") {
                 continue;
             }
-            builder = builder.header(name, self.secrets.substitute(value, Injection::Header, &aud_host, aud_port).as_ref());
+            // Asked for below: a compressed response could not be redacted.
+            if holds_values && name.eq_ignore_ascii_case("accept-encoding") {
+                continue;
+            }
+            builder = builder.header(name, self.secrets.fill(value, Place::Header(name), &dest).map_err(refused)?.as_ref());
+        }
+        if holds_values {
+            builder = builder.header(reqwest::header::ACCEPT_ENCODING, "identity");
         }
         if let Some(form) = form {
             builder = builder.multipart(form);
         } else if !request.body.is_empty() {
-            builder = builder.body(self.secrets.substitute_bytes(&request.body, Injection::Body, &aud_host, aud_port).into_owned());
+            let content_type = request.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("content-type")).map(|(_, v)| v.as_str());
+            builder = builder.body(self.secrets.fill_body(&request.body, content_type, &dest).map_err(refused)?.into_owned());
         }
         let failed = |e: reqwest::Error| TransportError::Failed { url: written.clone(), message: self.secrets.redact(&e.without_url().to_string()).into_owned() };
         builder.send().await.map_err(failed)

@@ -251,8 +251,18 @@ fn describe(p: &LoadedPlugin) -> Value {
             "chats": p.grant.chats,
         },
         "notes": p.grant_notes,
-        "secrets": p.secret_status().into_iter().map(|(name, missing)| json!({"name": name, "configured": missing.is_none()})).collect::<Vec<_>>(),
+        // Each secret with where it goes: its audience and the exact places
+        // (`path`, `header NAME`, `query NAME`, `field NAME`, `frame`).
+        "secrets": p.secret_status().into_iter().zip(&p.manifest.secrets)
+            .map(|((name, missing), spec)| json!({"name": name, "configured": missing.is_none(), "audience": spec.audience, "inject": places(&spec.inject)}))
+            .chain(p.manifest.channel.iter().flat_map(|c| c.secrets.iter()).map(|spec| json!({"name": spec.name, "audience": spec.audience, "inject": places(&spec.inject)})))
+            .collect::<Vec<_>>(),
     })
+}
+
+/// Injection places as reviews show them.
+fn places(inject: &[chitin::plugins::manifest::channel::Injection]) -> Vec<String> {
+    inject.iter().map(ToString::to_string).collect()
 }
 
 /// The human form of `inspect`. Every manifest field is the plugin's own
@@ -286,7 +296,7 @@ fn print_plugin(p: &LoadedPlugin) -> std::io::Result<()> {
         outln!("  note: {}", shown(note, 1024, "note"))?;
     }
     for ((name, missing), secret) in p.secret_status().into_iter().zip(&m.secrets) {
-        let inject: Vec<String> = secret.inject.iter().map(|i| format!("{i:?}").to_lowercase()).collect();
+        let inject = places(&secret.inject);
         let state = match missing {
             None => "configured".to_string(),
             Some(reason) => reason,
@@ -299,7 +309,7 @@ fn print_plugin(p: &LoadedPlugin) -> std::io::Result<()> {
         outln!("channel:")?;
         outln!("  receive:  {}", receive.join(", "))?;
         for secret in &channel.secrets {
-            let inject: Vec<String> = secret.inject.iter().map(|i| format!("{i:?}").to_lowercase()).collect();
+            let inject = places(&secret.inject);
             let audience = secret.audience.as_deref().unwrap_or("none (host-side only)");
             let line = format!("{}: to {audience}, in {}", secret.name, if inject.is_empty() { "nothing".into() } else { inject.join(", ") });
             outln!("  secret:   {}", shown(&line, 1024, "secret"))?;

@@ -130,14 +130,14 @@ pub fn settings_json(plugin: &str, config: &GrantConfig) -> Result<Option<String
 mod tests {
     use super::*;
     use crate::plugins::grants::SecretValues;
-    use crate::plugins::manifest::channel::Injection;
+    use crate::plugins::secrets::{Destination, Place};
 
     fn manifest() -> Manifest {
         Manifest::from_json(
             br#"{"manifest_version":1,"name":"web","version":"1","tools":[{"name":"t","parameters":{"type":"object"}}],
                 "capabilities":{"network":["*","api.search.brave.com","api.tavily.com"]},
-                "secrets":[{"name":"brave_api_key","audience":"api.search.brave.com","inject":["header"]},
-                           {"name":"tavily_api_key","audience":"api.tavily.com","inject":["header"]}]}"#,
+                "secrets":[{"name":"brave_api_key","audience":"api.search.brave.com","inject":[{"header":"x-subscription-token"}]},
+                           {"name":"tavily_api_key","audience":"api.tavily.com","inject":[{"header":"authorization"}]}]}"#,
         )
         .unwrap()
     }
@@ -155,13 +155,15 @@ mod tests {
         unsafe { std::env::set_var("CHITIN_TEST_WEB_BRAVE_K4", "brave-s3cret") };
         let out = outbound(&manifest(), &config(&[("brave_api_key", "${CHITIN_TEST_WEB_BRAVE_K4}")])).unwrap().unwrap();
         let s = &out.secrets;
-        assert_eq!(s.substitute("{{secret:brave_api_key}}", Injection::Header, "api.search.brave.com", 443), "brave-s3cret");
-        let why = s.unavailable_in("{{secret:tavily_api_key}}", Injection::Header, "api.tavily.com", 443).unwrap();
+        let brave = Destination::new("api.search.brave.com", 443, "https", "api.search.brave.com");
+        let tavily = Destination::new("api.tavily.com", 443, "https", "api.tavily.com");
+        assert_eq!(s.fill("{{secret:brave_api_key}}", Place::Header("x-subscription-token"), &brave).unwrap(), "brave-s3cret");
+        let why = s.fill("Bearer {{secret:tavily_api_key}}", Place::Header("authorization"), &tavily).unwrap_err().0;
         assert!(why.contains("plugins.web.secrets.tavily_api_key"), "{why}");
         assert!(!format!("{:?}", config(&[("brave_api_key", "literal-v4lue")])).contains("literal-v4lue"));
 
         let out = outbound(&manifest(), &config(&[("tavily_api_key", "${CHITIN_TEST_WEB_UNSET_Q1}")])).unwrap().unwrap();
-        let why = out.secrets.unavailable_in("{{secret:tavily_api_key}}", Injection::Header, "api.tavily.com", 443).unwrap();
+        let why = out.secrets.fill("{{secret:tavily_api_key}}", Place::Header("Authorization"), &tavily).unwrap_err().0;
         assert!(why.contains("CHITIN_TEST_WEB_UNSET_Q1") && why.contains("not set"), "{why}");
     }
 

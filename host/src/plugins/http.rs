@@ -15,10 +15,20 @@
 //! - A denial is logged with the config line that would allow it (the
 //!   `host:port` when only another port of that host is granted).
 //! - Secrets (a channel's token, a search key): where the plugin is given
-//!   [`Outbound`], `{{secret:NAME}}` in the URL or a header is substituted
-//!   for the secret's audience host only, the platform origin is pointed at
-//!   a configured `api_base`, and the response (headers and, bounded, body)
-//!   is redacted before the guest sees a byte (see [`super::secrets`]).
+//!   [`Outbound`], `{{secret:NAME}}` is substituted in the places its
+//!   declaration names (a path segment, a named header or query parameter)
+//!   for the secret's audience host only, over `https://` (or plain
+//!   `http://` to loopback) only, and the platform origin is pointed at a
+//!   configured `api_base` (see [`super::secrets`]).
+//! - Redaction by construction: a plugin that holds a secret value gets
+//!   every response redacted, whichever request it answers (one request
+//!   could store the value at the audience, another fetch it back): header
+//!   values as bytes, the body as it streams ([`super::redact`]), error
+//!   texts. Its requests ask for `Accept-Encoding: identity` (its own
+//!   `Accept-Encoding` is removed), and a response that is still encoded
+//!   (`Content-Encoding` other than identity, a `Transfer-Encoding` other
+//!   than chunked) is refused: compressed bytes cannot be redacted, and the
+//!   plugin would decompress the value.
 //! - In flight: at most `[limits] max_http_requests` requests of one call at
 //!   once (each holds a socket and a host task until its body is done);
 //!   past that `handle` fails for the guest with a message naming the key.
@@ -30,13 +40,9 @@ use http::uri::{Authority, Scheme, Uri};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::grants::{HostPattern, best_match, is_private};
-use super::manifest::channel::Injection;
-use super::secrets::Secrets;
+use super::redact::{RedactingBody, Redactor};
+use super::secrets::{Destination, Place, Secrets};
 use super::warn_budget::WarnBudget;
-
-/// Largest response body read whole to redact secrets from it; a larger one
-/// to a request that carried a secret is refused.
-pub const MAX_REDACTED_BODY: usize = 4 << 20;
 
 /// What the host adds to a plugin's own requests beyond the grant: secrets
 /// substituted, and the platform's origin pointed at a configured base (a
@@ -78,48 +84,89 @@ impl HttpPolicy {
     }
 }
 
-/// Substitutes secrets into `request` (URL and headers, judged by the host
-/// the plugin addressed). Returns whether a secret went in, in which case the
-/// response must be redacted.
-fn substitute_secrets(outbound: &Outbound, request: &mut http::Request<WasiBody>) -> Result<bool, HttpError> {
-    let uri = request.uri().to_string();
-    let host = request.uri().host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
-    let port = request.uri().port_u16().unwrap_or(if request.uri().scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 });
-    let mut substituted = false;
-    let target = outbound.secrets.substitute(&uri, Injection::Url, &host, port).into_owned();
-    substituted |= target != uri;
-    for value in request.headers_mut().values_mut() {
-        let Ok(text) = value.to_str() else { continue };
-        let new = outbound.secrets.substitute(text, Injection::Header, &host, port);
-        if new != text {
-            *value = http::HeaderValue::from_str(&new).map_err(|_| HttpError::InternalError(Some("a secret value is not a valid header value".into())))?;
-            substituted = true;
-        }
-    }
-    if target != uri {
-        *request.uri_mut() = target.parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
-    }
-    Ok(substituted)
+/// A request's secrets, worked out before the grant check and applied
+/// after it: the URL it really goes to (secrets filled in, `api_base`
+/// applied) and the header values that change.
+struct Prepared {
+    uri: Option<Uri>,
+    headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
-/// Refuses a request that carries, where its secret would be filled in,
-/// the placeholder of a declared secret without a value: the error names
-/// the config key to set, and the request is never sent with a bare
-/// placeholder where the key belongs. Checked before the grant (it needs no
-/// name lookup), so the user learns what to configure first.
-fn refuse_missing_secret(plugin: &str, outbound: &Outbound, request: &http::Request<WasiBody>) -> Result<(), HttpError> {
-    let uri = request.uri().to_string();
-    let host = request.uri().host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+/// Works out `request`'s secrets: placeholders in the declared places of a
+/// request to their audience (judged by the host the plugin addressed) are
+/// filled in, over a connection that may carry them (judged by where the
+/// request really goes, after `api_base`). Refused, naming the secret, when
+/// one has no value (the error names the config key to set) or would go
+/// over plain `http://` to a non-loopback host: such a request is never
+/// sent. Done before the grant (it needs no name lookup), so the user
+/// learns what to configure first.
+fn prepare(plugin: &str, outbound: &Outbound, request: &http::Request<WasiBody>) -> Result<Prepared, HttpError> {
+    let written = request.uri().to_string();
+    let host = request.uri().host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
     let port = request.uri().port_u16().unwrap_or(if request.uri().scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 });
-    let missing = std::iter::once((uri.as_str(), Injection::Url))
-        .chain(request.headers().values().filter_map(|v| v.to_str().ok()).map(|v| (v, Injection::Header)))
-        .find_map(|(text, place)| outbound.secrets.unavailable_in(text, place, host, port));
-    match missing {
-        Some(reason) => {
-            tracing::warn!(plugin, %host, "outgoing HTTP refused: {reason}");
-            Err(HttpError::InternalError(Some(reason.to_string())))
+    let target = match outbound.rest_after_origin(&written) {
+        Some((base, rest)) => format!("{}{rest}", base.trim_end_matches('/')),
+        None => written.clone(),
+    };
+    let actual: Uri = target.parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    let dest = Destination::new(&host, port, actual.scheme_str().unwrap_or_default(), actual.host().unwrap_or_default());
+    let refused = |e: super::secrets::SecretRefused| {
+        tracing::warn!(plugin, %host, "outgoing HTTP refused: {e}");
+        HttpError::InternalError(Some(e.0))
+    };
+    let filled = outbound.secrets.fill_url(&target, &dest).map_err(refused)?;
+    let uri = if *filled != written { Some(filled.parse().map_err(|_| HttpError::HttpRequestUriInvalid)?) } else { None };
+    let mut headers = Vec::new();
+    for (name, value) in request.headers() {
+        let Ok(text) = value.to_str() else { continue };
+        if let std::borrow::Cow::Owned(new) = outbound.secrets.fill(text, Place::Header(name.as_str()), &dest).map_err(refused)? {
+            let value = http::HeaderValue::from_str(&new).map_err(|_| HttpError::InternalError(Some(format!("a secret's value is not a valid value of header `{name}`"))))?;
+            headers.push((name.clone(), value));
         }
-        None => Ok(()),
+    }
+    Ok(Prepared { uri, headers })
+}
+
+/// Applies [`prepare`]'s work to `request`.
+fn apply(prepared: Prepared, rewritten: bool, request: &mut http::Request<WasiBody>) {
+    if let Some(uri) = prepared.uri {
+        *request.uri_mut() = uri;
+    }
+    if rewritten {
+        // The Host header named the platform: let the client set the base's.
+        request.headers_mut().remove(http::header::HOST);
+    }
+    for (name, value) in prepared.headers {
+        request.headers_mut().insert(name, value);
+    }
+}
+
+/// Asks for a response a redactor can read: the plugin's own
+/// `Accept-Encoding` (it could ask for gzip and decompress the value out of
+/// bytes redaction never saw) replaced by `identity`.
+fn ask_for_identity(request: &mut http::Request<WasiBody>) {
+    request.headers_mut().insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+}
+
+/// Why a response cannot be redacted: an encoding other than identity
+/// (`Content-Encoding`) or a transfer coding other than chunked. The server
+/// was asked for identity; one that encodes anyway is refused.
+pub(crate) fn encoded_response(headers: &http::HeaderMap) -> Option<String> {
+    let codings = |name| headers.get_all(name).iter().flat_map(|v| String::from_utf8_lossy(v.as_bytes()).split(',').map(|c| c.trim().to_ascii_lowercase()).collect::<Vec<_>>()).filter(|c| !c.is_empty()).collect::<Vec<_>>();
+    if let Some(coding) = codings(http::header::CONTENT_ENCODING).into_iter().find(|c| c != "identity") {
+        return Some(format!("the response has Content-Encoding `{coding}`; a plugin that holds secrets gets identity-encoded responses only (asked with Accept-Encoding: identity), so that secret values can be redacted"));
+    }
+    if let Some(coding) = codings(http::header::TRANSFER_ENCODING).into_iter().find(|c| c != "chunked") {
+        return Some(format!("the response has Transfer-Encoding `{coding}`; a plugin that holds secrets gets uncompressed responses only, so that secret values can be redacted"));
+    }
+    None
+}
+
+/// An error the guest sees, with secret values redacted from its text.
+fn redact_error(redactor: &Redactor, error: HttpError) -> HttpError {
+    match error {
+        HttpError::InternalError(Some(text)) => HttpError::InternalError(Some(redactor.redact(&text).into_owned())),
+        other => other,
     }
 }
 
@@ -138,38 +185,19 @@ impl Outbound {
     }
 }
 
-/// Points a request on the platform origin at the configured base. Called
-/// after the grant admitted the platform request: the base is the user's
-/// own config, dialled as given.
-fn rewrite_origin(outbound: &Outbound, request: &mut http::Request<WasiBody>) -> Result<(), HttpError> {
-    let Some((base, rest)) = outbound.rest_after_origin(&request.uri().to_string()) else { return Ok(()) };
-    *request.uri_mut() = format!("{}{rest}", base.trim_end_matches('/')).parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
-    // The Host header named the platform: let the client set the base's.
-    request.headers_mut().remove(http::header::HOST);
-    Ok(())
-}
-
-/// The response with every secret value written back as its placeholder:
-/// headers, and the body read whole (at most [`MAX_REDACTED_BODY`]).
-async fn redact_response(secrets: &Secrets, response: http::Response<WasiBody>) -> Result<http::Response<WasiBody>, HttpError> {
+/// `response` as the guest will see it: headers redacted as bytes, the
+/// body redacted as it streams (the connection is driven by its own task
+/// meanwhile), the length dropped (redaction changes it). Refused when it
+/// is encoded in a way redaction cannot read.
+fn redact_response(redactor: &std::sync::Arc<Redactor>, response: http::Response<WasiBody>) -> Result<http::Response<WasiBody>, HttpError> {
     use http_body_util::BodyExt;
     let (mut parts, body) = response.into_parts();
-    for value in parts.headers.values_mut() {
-        if let Ok(text) = value.to_str()
-            && let std::borrow::Cow::Owned(redacted) = secrets.redact(text)
-            && let Ok(new) = http::HeaderValue::from_str(&redacted)
-        {
-            *value = new;
-        }
+    if let Some(reason) = encoded_response(&parts.headers) {
+        return Err(HttpError::InternalError(Some(reason)));
     }
-    let bytes = http_body_util::Limited::new(body, MAX_REDACTED_BODY)
-        .collect()
-        .await
-        .map_err(|_| HttpError::HttpResponseBodySize(Some(MAX_REDACTED_BODY as u64)))?
-        .to_bytes();
-    let bytes = secrets.redact_bytes(&bytes).into_owned();
+    redactor.redact_headers(&mut parts.headers);
     parts.headers.remove(http::header::CONTENT_LENGTH);
-    let body = http_body_util::Full::new(bytes::Bytes::from(bytes)).map_err(|never| match never {}).boxed_unsync();
+    let body = RedactingBody::new(body, redactor, redact_error).boxed_unsync();
     Ok(http::Response::from_parts(parts, body))
 }
 
@@ -206,30 +234,38 @@ impl WasiHttpHooks for HttpPolicy {
             // a denial's log line carries no secret), then filled in. A
             // platform request the rewrite redirects is admitted by name: the
             // base it goes to is the user's own config.
-            if let Some(outbound) = &outbound {
-                refuse_missing_secret(&plugin, outbound, &request)?;
-            }
+            let prepared = match &outbound {
+                Some(outbound) => Some(prepare(&plugin, outbound, &request)?),
+                None => None,
+            };
             let redirected = outbound.as_ref().is_some_and(|o| o.redirects(request.uri()));
             // A platform request the `api_base` rewrite sends to the
             // user's configured base is admitted as such, whatever the
             // grant: the base is the user's own word (a local Bot API the
             // grant cannot name, since the manifest does not ask for it).
             let pinned = if redirected { None } else { admit(&plugin, &granted, request.uri(), &warnings).await? };
-            let redact = match &outbound {
-                Some(outbound) => substitute_secrets(outbound, &mut request)?,
-                None => false,
-            };
-            if let Some(outbound) = &outbound {
-                rewrite_origin(outbound, &mut request)?;
+            if let Some(prepared) = prepared {
+                apply(prepared, redirected, &mut request);
+            }
+            // Every request of a plugin that holds a value, placeholder or
+            // not: a response can carry a value stored by an earlier one.
+            let redactor = outbound.as_ref().and_then(|o| o.secrets.redactor().cloned());
+            if redactor.is_some() {
+                ask_for_identity(&mut request);
             }
             if let Some(addr) = pinned {
                 pin_to(&mut request, addr);
             }
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let sent = wasmtime_wasi_http::default_send_request(request, options).await;
+            let (response, io) = match (sent, &redactor) {
+                (Ok(sent), _) => sent,
+                (Err(e), Some(redactor)) => return Err(redact_error(redactor, e)),
+                (Err(e), None) => return Err(e),
+            };
             let response = response.map(http_body_util::BodyExt::boxed_unsync);
-            let response = match &outbound {
-                Some(outbound) if redact => redact_response(&outbound.secrets, response).await?,
-                _ => response,
+            let response = match &redactor {
+                Some(redactor) => redact_response(redactor, response).inspect_err(|e| tracing::warn!(plugin = &*plugin, "response refused: {e:?}"))?,
+                None => response,
             };
             // The connection task holds the permit until the body is done.
             let io = async move {

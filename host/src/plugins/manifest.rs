@@ -277,10 +277,10 @@ impl Manifest {
         for (i, secret) in self.secrets.iter().enumerate() {
             // A tool plugin has no webhook to verify: a secret is only ever
             // injected into its requests.
-            if let Some(j) = secret.inject.iter().position(|p| *p == channel::Injection::Body) {
+            if let Some(j) = secret.inject.iter().position(|p| matches!(p, channel::Injection::Field(_))) {
                 return Err(ManifestError::new(
                     format!("secrets[{i}].inject[{j}]"),
-                    "a tool plugin's secret goes in a `header` or the `url`; `wasi:http` request bodies are streamed and not substituted",
+                    r#"a tool plugin's secret goes in the "path", a {"header": NAME} or a {"query": NAME}; `wasi:http` request bodies are streamed and never rewritten"#,
                 ));
             }
             if secret.inject.is_empty() {

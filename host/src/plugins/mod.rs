@@ -9,6 +9,8 @@
 //! - [`limits`]: per-call resource caps;
 //! - [`engine`] and [`cache`]: the shared engine and compiled-component cache;
 //! - [`sandbox`] and [`http`]: the per-call store, WASI context and HTTP policy;
+//! - [`secrets`] and [`redact`]: placeholders filled in on the way out,
+//!   values written back as placeholders on the way in;
 //! - [`services`]: the privileged host interfaces (`messaging`, ...) and the
 //!   seam the agent serves them through;
 //! - [`world`] and [`bindings`]: which world a component implements, and the
@@ -32,6 +34,7 @@ pub mod grants;
 pub mod http;
 pub mod limits;
 pub mod manifest;
+pub mod redact;
 pub mod runtime;
 pub mod sandbox;
 pub mod secrets;

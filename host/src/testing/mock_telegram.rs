@@ -406,6 +406,8 @@ struct Shared {
     polling: watch::Sender<bool>,
     /// How many requests are logged.
     logged: watch::Sender<usize>,
+    /// Send each response's head and body in separate writes.
+    split: std::sync::atomic::AtomicBool,
 }
 
 /// Locks, ignoring poisoning: a failed assertion must not wedge the mock.
@@ -475,10 +477,18 @@ impl MockTelegram {
             updates: watch::channel(0).0,
             polling: watch::channel(false).0,
             logged: watch::channel(0).0,
+            split: std::sync::atomic::AtomicBool::new(false),
         });
         let server_shared = shared.clone();
         let server = super::server::MockServer::start("MockTelegram", move |request| respond(server_shared.clone(), request));
         MockTelegram { server, shared }
+    }
+
+    /// From now on, sends every response's head and body in separate writes
+    /// (as HTTP/2 servers do, in separate frames): a client that waits for
+    /// the body before it drives the connection stalls.
+    pub fn split_head_and_body(&self) {
+        self.shared.split.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The Bot API root to give an adapter as `api_base`:
@@ -733,6 +743,15 @@ fn bad_request(description: &str) -> Response<Body> {
 }
 
 async fn respond(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let split = shared.split.load(std::sync::atomic::Ordering::SeqCst);
+    let response = respond_whole(shared, request).await?;
+    if split {
+        return Ok(super::server::split_head_and_body(response).await);
+    }
+    Ok(response)
+}
+
+async fn respond_whole(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let path = request.uri().path().to_string();
     let query = request.uri().query().unwrap_or_default().to_string();
     let http_method = request.method().to_string();

@@ -15,6 +15,29 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::sync::oneshot;
 
+/// How long a split response waits between its head and its body.
+pub(crate) const SPLIT_PAUSE: Duration = Duration::from_millis(50);
+
+/// `response` sent the way HTTP/2 servers and streamed bodies send it: the
+/// head (with its `content-length`) in one write, the body in another after
+/// [`SPLIT_PAUSE`]. hyper flushes the head while the body is pending, so the
+/// client really sees them apart. A client that reads the body before it
+/// drives the connection hangs here.
+pub(crate) async fn split_head_and_body<B>(response: Response<B>) -> Response<http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, Infallible>>
+where
+    B: Body<Data = bytes::Bytes, Error = Infallible>,
+{
+    use http_body_util::BodyExt;
+    let (mut parts, body) = response.into_parts();
+    let bytes = body.collect().await.map(|c| c.to_bytes()).unwrap_or_else(|never| match never {});
+    parts.headers.insert(hyper::header::CONTENT_LENGTH, bytes.len().into());
+    let later = futures::stream::once(async move {
+        tokio::time::sleep(SPLIT_PAUSE).await;
+        Ok::<_, Infallible>(hyper::body::Frame::data(bytes))
+    });
+    Response::from_parts(parts, http_body_util::StreamBody::new(later).boxed_unsync())
+}
+
 /// A running mock server; stopped and joined when dropped.
 pub(crate) struct MockServer {
     addr: SocketAddr,

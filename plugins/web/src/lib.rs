@@ -116,8 +116,8 @@ plugin! {
     workspace: "none",
     network: ["*", "api.search.brave.com", "api.tavily.com"],
     secrets: [
-        brave_api_key: { audience: "api.search.brave.com", inject: ["header"] },
-        tavily_api_key: { audience: "api.tavily.com", inject: ["header"] },
+        brave_api_key: { audience: "api.search.brave.com", inject: [{ header: "x-subscription-token" }] },
+        tavily_api_key: { audience: "api.tavily.com", inject: [{ header: "authorization" }] },
     ],
     tools: [web_fetch, web_search],
 }

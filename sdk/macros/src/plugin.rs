@@ -22,12 +22,60 @@ pub struct Plugin {
     tools_span: Span,
 }
 
-/// `name: { audience: "host", inject: ["header"] }`: a secret the host fills
-/// in for `{{secret:name}}` (the host validates the rest at load).
+/// `name: { audience: "host", inject: [{ header: "x-api-key" }] }`: a
+/// secret the host fills in for `{{secret:name}}`, only in the places named
+/// (the host validates the rest at load).
 struct Secret {
     name: Ident,
     audience: LitStr,
-    inject: Vec<LitStr>,
+    inject: Vec<Place>,
+}
+
+/// Where a tool plugin's secret may go: `"path"` (inside a path segment),
+/// `{ header: "NAME" }`, `{ query: "NAME" }`.
+enum Place {
+    Path,
+    Named(&'static str, LitStr),
+}
+
+const PLACES: &str = "\"path\", { header: \"NAME\" } or { query: \"NAME\" }";
+
+impl Parse for Place {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(LitStr) {
+            let place: LitStr = input.parse()?;
+            return match place.value().as_str() {
+                "path" => Ok(Place::Path),
+                "url" | "header" => Err(Error::new(
+                    place.span(),
+                    format!("`\"{}\"` is no longer an injection place: name it precisely, {PLACES}", place.value()),
+                )),
+                _ => Err(Error::new(place.span(), format!("a tool plugin's secret is injected into {PLACES}"))),
+            };
+        }
+        let content;
+        let brace = syn::braced!(content in input);
+        let kind: Ident = content.parse()?;
+        content.parse::<Token![:]>()?;
+        let name: LitStr = content.parse()?;
+        if !content.is_empty() {
+            return Err(Error::new(brace.span.join(), format!("one place per braces: {PLACES}")));
+        }
+        match kind.to_string().as_str() {
+            "header" => Ok(Place::Named("header", name)),
+            "query" => Ok(Place::Named("query", name)),
+            _ => Err(Error::new(kind.span(), format!("a tool plugin's secret is injected into {PLACES}"))),
+        }
+    }
+}
+
+impl Place {
+    fn json(&self) -> String {
+        match self {
+            Place::Path => json::string("path"),
+            Place::Named(kind, name) => format!("{{{}:{}}}", json::string(kind), json::string(&name.value())),
+        }
+    }
 }
 
 impl Parse for Secret {
@@ -45,7 +93,7 @@ impl Parse for Secret {
                 "inject" => {
                     let list;
                     bracketed!(list in content);
-                    inject = Some(Punctuated::<LitStr, Token![,]>::parse_terminated(&list)?.into_iter().collect());
+                    inject = Some(Punctuated::<Place, Token![,]>::parse_terminated(&list)?.into_iter().collect());
                 }
                 _ => return Err(Error::new(key.span(), format!("unknown secret key `{key}`; expected `audience` or `inject`"))),
             }
@@ -55,12 +103,7 @@ impl Parse for Secret {
             content.parse::<Token![,]>()?;
         }
         let audience = audience.ok_or_else(|| Error::new(name.span(), "a secret needs `audience: \"host\"`"))?;
-        let inject: Vec<LitStr> = inject.ok_or_else(|| Error::new(name.span(), "a secret needs `inject: [\"header\"]` (url, header)"))?;
-        for place in &inject {
-            if !matches!(place.value().as_str(), "url" | "header") {
-                return Err(Error::new(place.span(), "a tool plugin's secret is injected into \"url\" or \"header\""));
-            }
-        }
+        let inject: Vec<Place> = inject.ok_or_else(|| Error::new(name.span(), format!("a secret needs `inject: [...]`, each of {PLACES}")))?;
         Ok(Secret { name, audience, inject })
     }
 }
@@ -302,7 +345,7 @@ pub fn expand(plugin: Plugin) -> syn::Result<TokenStream> {
         .secrets
         .iter()
         .map(|secret| {
-            let inject: Vec<String> = secret.inject.iter().map(|p| json::string(&p.value())).collect();
+            let inject: Vec<String> = secret.inject.iter().map(Place::json).collect();
             format!(
                 "{{\"name\":{},\"audience\":{},\"inject\":[{}]}}",
                 json::string(&secret.name.to_string()),

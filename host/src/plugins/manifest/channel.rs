@@ -61,18 +61,147 @@ pub struct SecretSpec {
     pub inject: Vec<Injection>,
 }
 
-/// A part of an outgoing request or frame a secret may be written into.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// The one place of an outgoing request (or socket frame) a secret may be
+/// written into. Named precisely so a plugin cannot aim a placeholder at a
+/// part the platform stores and shows to people (a message text, a query
+/// parameter the plugin chose): anywhere else it goes out as written.
+///
+/// In manifest JSON: `"path"`, `{"header": NAME}`, `{"query": NAME}`,
+/// `{"field": NAME}`, `"frame"`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Injection {
-    /// The request URL (Telegram's `/bot<token>/`).
-    Url,
-    /// A header value (`Authorization: Bot ...`).
-    Header,
-    /// The request body.
-    Body,
-    /// A socket text frame (Discord's Identify).
+    /// Inside a path segment of the URL (Telegram's `/bot<token>/getMe`).
+    Path,
+    /// The value of the named header (matched without regard to case).
+    Header(String),
+    /// The value of the named query parameter.
+    Query(String),
+    /// The value of the named field of the request body: a top-level
+    /// member of a JSON object, a pair of an
+    /// `application/x-www-form-urlencoded` body, or a multipart text field.
+    /// Only in requests the host runs for a channel (`wasi:http` bodies
+    /// stream through and are never rewritten).
+    Field(String),
+    /// A socket text frame (Discord's Identify); needs receive mode `socket`.
     Frame,
+}
+
+/// The forms [`Injection`] is written in, for error messages.
+pub const INJECTION_FORMS: &str = r#""path", {"header": NAME}, {"query": NAME}, {"field": NAME} or "frame""#;
+
+impl Injection {
+    /// Reads one place from its manifest JSON; an old catch-all form
+    /// (`"url"`, `"header"`, `"body"`) is refused naming its precise ones.
+    pub fn from_json(value: &serde_json::Value) -> Result<Injection, String> {
+        use serde_json::Value;
+        let retired = |old: &str, new: &str| format!("`\"{old}\"` is no longer an injection place: name the place precisely, {new}");
+        match value {
+            Value::String(s) => match s.as_str() {
+                "path" => Ok(Injection::Path),
+                "frame" => Ok(Injection::Frame),
+                "url" => Err(retired("url", r#""path" (inside a path segment) or {"query": NAME} (one query parameter's value)"#)),
+                "header" => Err(retired("header", r#"{"header": NAME} (that header's value only)"#)),
+                "body" => Err(retired("body", r#"{"field": NAME} (one field of a JSON, form or multipart body)"#)),
+                other => Err(format!("unknown injection place `{other}`; expected {INJECTION_FORMS}")),
+            },
+            Value::Object(map) if map.len() == 1 => {
+                let (kind, name) = map.iter().next().expect("one entry");
+                let Some(name) = name.as_str() else {
+                    return Err(format!("`{kind}` must name a {kind} as a string, e.g. {{\"{kind}\": \"x-api-key\"}}"));
+                };
+                match kind.as_str() {
+                    "header" => Ok(Injection::Header(name.to_string())),
+                    "query" => Ok(Injection::Query(name.to_string())),
+                    "field" => Ok(Injection::Field(name.to_string())),
+                    other => Err(format!("unknown injection place `{other}`; expected {INJECTION_FORMS}")),
+                }
+            }
+            _ => Err(format!("an injection place is one of {INJECTION_FORMS}")),
+        }
+    }
+
+    /// The place as manifest JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            Injection::Path => json!("path"),
+            Injection::Header(name) => json!({ "header": name }),
+            Injection::Query(name) => json!({ "query": name }),
+            Injection::Field(name) => json!({ "field": name }),
+            Injection::Frame => json!("frame"),
+        }
+    }
+
+    /// The named part (header, query parameter, field), if any.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Injection::Header(n) | Injection::Query(n) | Injection::Field(n) => Some(n),
+            Injection::Path | Injection::Frame => None,
+        }
+    }
+}
+
+/// `path`, `header x-api-key`, `query key`, `field secret_token`, `frame`:
+/// how reviews, `plugin inspect` and `chitin.lock` name a place.
+impl std::fmt::Display for Injection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Injection::Path => f.write_str("path"),
+            Injection::Header(n) => write!(f, "header {n}"),
+            Injection::Query(n) => write!(f, "query {n}"),
+            Injection::Field(n) => write!(f, "field {n}"),
+            Injection::Frame => f.write_str("frame"),
+        }
+    }
+}
+
+impl std::str::FromStr for Injection {
+    type Err = String;
+
+    /// The [`Display`](std::fmt::Display) form back.
+    fn from_str(text: &str) -> Result<Injection, String> {
+        match text.split_once(' ') {
+            None if text == "path" => Ok(Injection::Path),
+            None if text == "frame" => Ok(Injection::Frame),
+            Some(("header", n)) => Ok(Injection::Header(n.to_string())),
+            Some(("query", n)) => Ok(Injection::Query(n.to_string())),
+            Some(("field", n)) => Ok(Injection::Field(n.to_string())),
+            _ => Err(format!("`{text}` is not an injection place")),
+        }
+    }
+}
+
+impl Serialize for Injection {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Injection {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Injection, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        Injection::from_json(&value).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Longest header, query parameter or field name a secret is injected in.
+const MAX_PLACE_NAME: usize = 64;
+
+/// Checks the name an injection place carries: a header name is an HTTP
+/// token; a query parameter or field name is `[A-Za-z0-9_.\-\[\]]`, so it
+/// reads unambiguously in a review and in `chitin.lock`.
+fn check_place_name(field: &str, place: &Injection) -> Result<(), ManifestError> {
+    match place {
+        Injection::Header(name) => check_header_name(field, name),
+        Injection::Query(name) | Injection::Field(name) => {
+            let ok = |c: char| c.is_ascii_alphanumeric() || "_.-[]".contains(c);
+            if name.is_empty() || name.len() > MAX_PLACE_NAME || !name.chars().all(ok) {
+                return Err(err(field, format!("`{name}` must be 1 to {MAX_PLACE_NAME} characters of A-Z a-z 0-9 _ . - [ ]")));
+            }
+            Ok(())
+        }
+        Injection::Path | Injection::Frame => Ok(()),
+    }
 }
 
 /// The webhook route and how the host verifies a request before the
@@ -337,9 +466,10 @@ pub(crate) fn validate_secrets(
             return Err(err(format!("{field}.name"), format!("duplicate secret `{name}`")));
         }
         for (j, place) in secret.inject.iter().enumerate() {
-            if secret.inject[..j].contains(place) {
-                return Err(err(format!("{field}.inject[{j}]"), format!("duplicate injection place `{place:?}`")));
+            if secret.inject[..j].iter().any(|p| same_place(p, place)) {
+                return Err(err(format!("{field}.inject[{j}]"), format!("duplicate injection place `{place}`")));
             }
+            check_place_name(&format!("{field}.inject[{j}]"), place)?;
             if *place == Injection::Frame
                 && let Some(refusal) = frame_refused
             {
@@ -359,7 +489,7 @@ pub(crate) fn validate_secrets(
                     return Err(err(format!("{field}.audience"), format!("`{audience}` is not in capabilities.network")));
                 }
                 if secret.inject.is_empty() {
-                    return Err(err(format!("{field}.inject"), "a secret with an audience must say where it is injected (url, header, body, frame)"));
+                    return Err(err(format!("{field}.inject"), format!("a secret with an audience must say where it is injected: {INJECTION_FORMS}")));
                 }
             }
             (None, true) => {}
@@ -373,6 +503,14 @@ pub const DEFAULT_WINDOW_SECS: u32 = 300;
 
 fn default_window_secs() -> u32 {
     DEFAULT_WINDOW_SECS
+}
+
+/// Two places that are the same (header names compared without case).
+fn same_place(a: &Injection, b: &Injection) -> bool {
+    match (a, b) {
+        (Injection::Header(x), Injection::Header(y)) => x.eq_ignore_ascii_case(y),
+        _ => a == b,
+    }
 }
 
 impl Verify {

@@ -61,6 +61,7 @@ impl Guest for Hostile {
             "log_flood" => flood::log_flood(parse(args)?),
             "exit" => flood::exit(parse(args)?),
             "http_flood" => net::http_flood(parse(args)?),
+            "http_request" => net::http_request(parse(args)?),
             other => Err(ToolError::UnknownTool(format!("no tool named {other:?}"))),
         }
     }

@@ -116,6 +116,12 @@ fn http_error(code: &HttpError) -> ToolError {
 
 /// A GET request for `url` (`scheme://authority/path?query`), empty body.
 fn build_get(url: &str) -> Result<OutgoingRequest, ToolError> {
+    build_with(url, Fields::new())
+}
+
+/// A GET request for `url` with `headers` (a request's headers cannot be
+/// changed once it is made).
+fn build_with(url: &str, headers: Fields) -> Result<OutgoingRequest, ToolError> {
     let invalid = |what: &str| ToolError::InvalidArgs(format!("{what} in url {url:?}"));
     let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid("no scheme"))?;
     let rest = rest.split('#').next().unwrap_or_default();
@@ -134,7 +140,7 @@ fn build_get(url: &str) -> Result<OutgoingRequest, ToolError> {
         other => Scheme::Other(other.to_string()),
     };
 
-    let request = OutgoingRequest::new(Fields::new());
+    let request = OutgoingRequest::new(headers);
     request
         .set_method(&Method::Get)
         .map_err(|()| invalid("bad method"))?;
@@ -308,4 +314,79 @@ fn flood_requests(count: u64, url: &str, hold_ms: u64) -> Result<String, ToolErr
         "sent {}; first error: {first}; after {hold_ms} ms: {failed} failed, first: {first_failure}",
         pending.len()
     ))
+}
+
+#[derive(Deserialize)]
+pub struct HttpRequestArgs {
+    #[serde(default = "get")]
+    method: String,
+    url: String,
+    /// (name, value) pairs, sent as given (`Accept-Encoding: gzip`, a
+    /// placeholder in a header the secret is not declared for, ...).
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+    #[serde(default)]
+    body: String,
+}
+
+fn get() -> String {
+    "GET".to_string()
+}
+
+/// `http_request {method, url, headers, body}`. Attacks secret redaction:
+/// sends any request (placeholders anywhere, any `Accept-Encoding`) and
+/// returns everything that came back, bytes as hex so nothing is lost to
+/// a text conversion: `{"status", "headers": [[name, hex]], "body_hex"}`.
+/// A test then looks for the secret in every form the guest could decode.
+pub fn http_request(args: HttpRequestArgs) -> Result<String, ToolError> {
+    let headers = Fields::new();
+    for (name, value) in &args.headers {
+        headers
+            .append(name, value.as_bytes())
+            .map_err(|e| ToolError::InvalidArgs(format!("header {name}: {e:?}")))?;
+    }
+    let request = build_with(&args.url, headers)?;
+    let method = match args.method.to_ascii_uppercase().as_str() {
+        "GET" => Method::Get,
+        "POST" => Method::Post,
+        "PUT" => Method::Put,
+        other => Method::Other(other.to_string()),
+    };
+    request
+        .set_method(&method)
+        .map_err(|()| ToolError::InvalidArgs("bad method".into()))?;
+    let body = request
+        .body()
+        .map_err(|()| ToolError::Failed("request body already taken".into()))?;
+    {
+        let stream = body
+            .write()
+            .map_err(|()| ToolError::Failed("request body stream already taken".into()))?;
+        for chunk in args.body.as_bytes().chunks(4096) {
+            stream
+                .blocking_write_and_flush(chunk)
+                .map_err(|e| ToolError::Failed(format!("writing the body: {e:?}")))?;
+        }
+    }
+    let future = outgoing_handler::handle(request, None).map_err(|e| http_error(&e))?;
+    wasi::http::types::OutgoingBody::finish(body, None).map_err(|e| http_error(&e))?;
+    future.subscribe().block();
+    let response = match future.get() {
+        Some(Ok(Ok(response))) => response,
+        Some(Ok(Err(code))) => return Err(http_error(&code)),
+        _ => return Err(ToolError::Failed("http error: no response".into())),
+    };
+    let status = response.status();
+    let headers: Vec<(String, String)> = response
+        .headers()
+        .entries()
+        .into_iter()
+        .map(|(name, value)| (name, hex(&value)))
+        .collect();
+    let body = read_body(&response)?;
+    Ok(serde_json::json!({"status": status, "headers": headers, "body_hex": hex(&body)}).to_string())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
