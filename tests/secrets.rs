@@ -428,7 +428,7 @@ mod channel_transport {
             SecretSpec { name: "hook".into(), audience: Some("127.0.0.1".into()), inject: vec![Injection::Field("secret_token".into())] },
         ];
         let secrets = Secrets::new(&specs, |name| Some(if name == "token" { TOKEN } else { HOOK })).unwrap();
-        Transport::new("hostile-channel", vec![HostPattern::parse("127.0.0.1").unwrap()], secrets, Some("127.0.0.1"), api_base)
+        Transport::new("hostile-channel", vec![HostPattern::parse("127.0.0.1").unwrap()], secrets, Some("127.0.0.1"), api_base, 8)
     }
 
     fn request(method: HttpMethod, url: String, headers: &[(&str, &str)], body: &[u8]) -> HttpRequest {

@@ -48,7 +48,7 @@ fn telegram_answers_every_message_once_when_head_and_body_come_apart() {
     telegram.split_head_and_body();
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
-    let mock = MockLlm::start((0..10).map(|i| MockReply::text(format!("answer {i}"))).collect());
+    let mock = MockLlm::start((0..10).map(|i| MockReply::text(format!("answer {i}"))).collect::<Vec<_>>());
     std::fs::write(home.path().join("config.toml"), config(&ws, &telegram)).unwrap();
     let mut cmd = chitin(home.path(), &["gateway"]);
     cmd.env("OPENAI_BASE_URL", mock.base_url()).env("TG_TEST_TOKEN", tg_token).env("RUST_LOG", "chitin=info");
