@@ -216,7 +216,7 @@ fn a_channel_plugin_is_inspected_installed_and_listed_with_its_world() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.contains("world: channel-plugin@0.2.0"), "{text}");
-    assert!(text.contains("receive:  poll, webhook") && text.contains("secret:   token: to api.example.test, in url"), "{text}");
+    assert!(text.contains("receive:  poll, webhook") && text.contains("secret:   token: to api.example.test, in path"), "{text}");
     assert!(!text.contains("tools:"), "{text}");
     let out = run(chitin(home.path(), &["plugin", "inspect", HELLO_WASM]));
     assert!(stdout(&out).contains("world: tool-plugin@0.1.0"), "{}", stdout(&out));
