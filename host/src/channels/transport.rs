@@ -329,14 +329,8 @@ impl Transport {
         let uri: http::Uri = format!("{}://{}/", admitted.scheme(), authority(admitted)).parse().map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
         let pinned = if rewritten {
             // A platform request sent to the user's configured base is
-            // admitted when the grant names the platform or the base itself
-            // (with or without a `[plugins.<name>]` table: the default grant
-            // names the platform, a table may name the local base); the
-            // base is the user's own word for where the platform is.
-            let base: Option<http::Uri> = format!("{}://{}/", parsed.scheme(), authority(&parsed)).parse().ok();
-            if !crate::plugins::http::granted_name(&self.granted, &uri) && !base.is_some_and(|b| crate::plugins::http::granted_name(&self.granted, &b)) {
-                return Err(TransportError::Denied { url: written.clone() });
-            }
+            // admitted as such, with or without a `[plugins.<name>]` table:
+            // the base is the user's own word for where the platform is.
             None
         } else {
             crate::plugins::http::admit(&self.plugin, &self.granted, &uri, &self.warnings).await.map_err(|_| TransportError::Denied { url: written.clone() })?

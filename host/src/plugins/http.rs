@@ -243,23 +243,7 @@ impl WasiHttpHooks for HttpPolicy {
             // user's configured base is admitted as such, whatever the
             // grant: the base is the user's own word (a local Bot API the
             // grant cannot name, since the manifest does not ask for it).
-            // A platform request the `api_base` rewrite sends to the user's
-            // configured base is admitted when the grant names the platform
-            // or the base itself (a local Bot API), and dialled as given:
-            // the base is the user's own word. A grant that names neither
-            // (`network = []`) still refuses it.
-            let pinned = if redirected {
-                let base = outbound.as_ref().and_then(|o| o.rewrite.as_ref()).and_then(|(_, base)| base.parse::<Uri>().ok());
-                if !granted_name(&granted, request.uri()) && !base.is_some_and(|b| granted_name(&granted, &b)) {
-                    if warnings.admit() {
-                        tracing::warn!(plugin = &*plugin, uri = %request.uri(), "outgoing HTTP denied: neither the platform nor its configured api_base is granted");
-                    }
-                    return Err(HttpError::HttpRequestDenied);
-                }
-                None
-            } else {
-                admit(&plugin, &granted, request.uri(), &warnings).await?
-            };
+            let pinned = if redirected { None } else { admit(&plugin, &granted, request.uri(), &warnings).await? };
             if let Some(prepared) = prepared {
                 apply(prepared, redirected, &mut request);
             }
@@ -291,16 +275,6 @@ impl WasiHttpHooks for HttpPolicy {
             Ok((response, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
         })
     }
-}
-
-/// True when `granted` names the host (and port) of `uri`, without
-/// resolving the name: the check for a platform request that the
-/// `api_base` rewrite sends to the user's configured base.
-pub(crate) fn granted_name(granted: &[HostPattern], uri: &Uri) -> bool {
-    let Some(authority) = uri.authority() else { return false };
-    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
-    let port = authority.port_u16().unwrap_or(if uri.scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 });
-    granted.iter().any(|p| p.matches(host, port))
 }
 
 /// Decides one request. Returns the address to pin a plain-HTTP request to.
