@@ -847,6 +847,7 @@ async fn deliver_loop(
                         Ok(handle) => {
                             tracing::info!(channel = %name, chat = %message.chat_id, handle = %handle, "reply delivered (streamed)");
                             outbox.send_files(&mut rate, &message).await;
+                            message.ack.delivered();
                             continue;
                         }
                         // The reply must not be lost: send it whole.
@@ -860,6 +861,7 @@ async fn deliver_loop(
             continue;
         }
         outbox.deliver_reply(&mut rate, &message).await;
+        message.ack.delivered();
     }
 }
 
