@@ -283,7 +283,8 @@ impl MessageBus {
         if let Some(inbox) = &self.inbox
             && InboxRef::of(&message).is_none()
         {
-            match inbox.accept(&mut message, dedup_key(&message)) {
+            let dedup = dedup_key(&message);
+            match inbox.accept(&mut message, dedup) {
                 Ok(Accepted::New(_)) => {}
                 Ok(Accepted::Duplicate(row)) => {
                     tracing::info!(channel = %message.channel, chat = %message.chat_id, inbox = row.id, "message already accepted; not queued again");

@@ -41,11 +41,10 @@ impl KeyedLocks {
 
     /// `key`'s lock if it is free now.
     pub fn try_lock(self: &Arc<Self>, key: &str) -> Option<KeyGuard> {
-        let lock = self.entry(key);
-        match lock.try_lock_owned() {
+        match self.entry(key).try_lock_owned() {
             Ok(guard) => Some(KeyGuard { owner: self.clone(), key: key.to_string(), guard: Some(guard) }),
+            // The failed attempt's `Arc` is gone: prune if nobody holds it.
             Err(_) => {
-                drop(lock);
                 self.prune(key);
                 None
             }

@@ -229,7 +229,7 @@ impl std::fmt::Debug for Inbox {
     }
 }
 
-fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> InboxError + '_ {
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> InboxError + 'a {
     move |source| InboxError::Io { what, path: path.to_path_buf(), source }
 }
 
