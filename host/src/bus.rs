@@ -279,7 +279,9 @@ impl MessageBus {
     /// message that already has an id (a leftover re-published, a row
     /// resumed on start) is queued as is, and a re-sent channel event whose
     /// id is known is dropped: its row is answered or resumed already.
-    pub fn publish_inbound(&self, mut message: InboundMessage) {
+    ///
+    /// Returns false when the message was such a re-sent event (not queued).
+    pub fn publish_inbound(&self, mut message: InboundMessage) -> bool {
         if let Some(inbox) = &self.inbox
             && InboxRef::of(&message).is_none()
         {
@@ -288,7 +290,7 @@ impl MessageBus {
                 Ok(Accepted::New(_)) => {}
                 Ok(Accepted::Duplicate(row)) => {
                     tracing::info!(channel = %message.channel, chat = %message.chat_id, inbox = row.id, "message already accepted; not queued again");
-                    return;
+                    return false;
                 }
                 // Better answered without the guarantee than not at all.
                 Err(e) => tracing::error!(channel = %message.channel, chat = %message.chat_id, "message queued without a durable record: {e}"),
@@ -297,6 +299,7 @@ impl MessageBus {
         }
         // The receiver lives as long as the bus, so sending cannot fail.
         let _ = self.inbound_tx.send(message);
+        true
     }
 
     /// Queues a message or event for the channels.

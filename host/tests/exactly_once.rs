@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chitin::session::{JsonlStore, Message, Role, SessionStore as _};
-use chitin::testing::{MockLlm, MockReply};
+use chitin::testing::{MockLlm, MockReply, MockTelegram, MockUpdate};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "once-token";
@@ -37,7 +37,7 @@ fn write_config(home: &Path) {
 /// (`CHITIN_TEST_CRASH_AT`) in the turn whose text contains the match.
 fn start(home: &Path, mock: &MockLlm, crash: Option<(&str, &str)>) -> Gateway {
     let mut cmd = chitin(home, &["gateway"]);
-    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("CHITIN_GATEWAY_TOKEN", TOKEN);
+    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("CHITIN_GATEWAY_TOKEN", TOKEN).env("RUST_LOG", "chitin=info");
     if let Some((point, matching)) = crash {
         cmd.env("CHITIN_TEST_CRASH_AT", point).env("CHITIN_TEST_CRASH_MATCH", matching);
     }
@@ -299,4 +299,282 @@ fn crash_points_are_behind_an_off_by_default_feature() {
     assert!(!features.contains("default"), "test-support must not be a default feature: {features}");
     let tested = std::fs::read(CHITIN).unwrap();
     assert!(tested.windows(20).any(|w| w == b"CHITIN_TEST_CRASH_AT"), "the tested binary has the crash points");
+}
+
+const TG_TOKEN: &str = "777019:ONCE-tg-token";
+
+/// `chitin gateway` in `home` with the Telegram channel at `telegram` (the
+/// config written by [`write_telegram_config`]).
+fn start_telegram(home: &Path, mock: &MockLlm, crash: Option<(&str, &str)>) -> Gateway {
+    let mut cmd = chitin(home, &["gateway"]);
+    cmd.env("OPENAI_BASE_URL", mock.base_url()).env("CHITIN_GATEWAY_TOKEN", TOKEN).env("TG_TEST_TOKEN", TG_TOKEN).env("RUST_LOG", "chitin=info");
+    if let Some((point, matching)) = crash {
+        cmd.env("CHITIN_TEST_CRASH_AT", point).env("CHITIN_TEST_CRASH_MATCH", matching);
+    }
+    Gateway::spawn(cmd)
+}
+
+fn write_telegram_config(home: &Path, telegram: &MockTelegram) {
+    std::fs::create_dir_all(home.join("workspace")).unwrap();
+    std::fs::write(home.join("workspace/notes.txt"), NOTES).unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\n\
+             [channels.telegram]\nenabled = true\nallow_from = [\"555\"]\napi_base = \"{}\"\nbot_token = \"${{TG_TEST_TOKEN}}\"\nbot_username = \"chitinbot\"\n",
+            telegram.api_base()
+        ),
+    )
+    .unwrap();
+}
+
+/// The texts sent to Telegram chat `chat`, once at least `at_least` are
+/// there and nothing more came for a second (a duplicate would show).
+fn telegram_settled(gw: &Gateway, telegram: &MockTelegram, chat: i64, at_least: usize) -> Vec<String> {
+    let sent = || telegram.sent_messages().into_iter().filter(|m| m.chat_id == chat).map(|m| m.text).collect::<Vec<_>>();
+    gw.wait_for("the replies in the Telegram chat", || sent().len() >= at_least);
+    std::thread::sleep(Duration::from_millis(1000));
+    sent()
+}
+
+/// The crash matrix through a real chat channel: Telegram (the mock speaks
+/// its Bot API byte for byte), a kill -9 at each point of a turn, then a
+/// restart. The chat gets exactly one reply per message; the update is not
+/// fetched twice (its offset was committed with the inbox row) and the
+/// model is asked once where the turn had not run.
+#[tokio::test(flavor = "multi_thread")]
+async fn telegram_a_kill_at_any_point_of_a_turn_still_gives_exactly_one_reply() {
+    let mock = mock();
+    let telegram = MockTelegram::with_token(TG_TOKEN, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    write_telegram_config(home.path(), &telegram);
+    let cases = [
+        ("accepted", 701, "tg hello accepted", "ANSWER: tg hello accepted"),
+        ("build", 702, "tg hello build", "ANSWER: tg hello build"),
+        ("model", 703, "tg hello model", "ANSWER: tg hello model"),
+        ("saved", 704, "tg hello saved", "ANSWER: tg hello saved"),
+        ("committed", 705, "tg hello committed", "ANSWER: tg hello committed"),
+        ("tool", 706, "read please", NOTES),
+    ];
+    for (point, chat, text, reply_has) in cases {
+        let matching = if point == "tool" { "read_file" } else { text };
+        let mut gw = start_telegram(home.path(), &mock, Some((point, matching)));
+        let requests_before = mock.request_count();
+        telegram.push(MockUpdate::text(chat, 555, text));
+        died_by_sigkill(&mut gw);
+        // Tool hints (`↳ read_file(…)`) are progress, not replies.
+        let replies = |sent: Vec<String>| sent.into_iter().filter(|t| !t.starts_with('↳')).collect::<Vec<_>>();
+        let before: Vec<String> = telegram.sent_messages().into_iter().filter(|m| m.chat_id == chat).map(|m| m.text).collect();
+        assert!(replies(before).is_empty(), "{point}: no reply was sent before the crash");
+        let gw = start_telegram(home.path(), &mock, None);
+        gw.wait_for("the reply", || !replies(telegram.sent_messages().into_iter().filter(|m| m.chat_id == chat).map(|m| m.text).collect()).is_empty());
+        let sent = replies(telegram_settled(&gw, &telegram, chat, 1));
+        assert_eq!(sent.len(), 1, "{point}: exactly one reply: {sent:?}\n{}", gw.stderr());
+        assert!(sent[0].contains(reply_has), "{point}: {sent:?}");
+        gw.terminate();
+        if matches!(point, "accepted" | "build" | "model") {
+            assert_eq!(mock.request_count() - requests_before, 1, "{point}: the model was asked once");
+        }
+        if matches!(point, "saved" | "committed") {
+            assert_eq!(mock.request_count() - requests_before, 1, "{point}: the finished turn was not run again");
+        }
+        assert_consistent(home.path(), &format!("telegram:{chat}"));
+    }
+}
+
+/// A reply the channel gave up on after its retries (the platform kept
+/// failing) is not counted delivered: it stays in the outbox and the next
+/// start sends it, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn telegram_a_reply_given_up_on_is_sent_at_the_next_start() {
+    let mock = mock();
+    let telegram = MockTelegram::with_token(TG_TOKEN, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    write_telegram_config(home.path(), &telegram);
+    let gw = start_telegram(home.path(), &mock, None);
+    gw.wait_for("the long poll", || telegram.is_polling());
+    // The first attempt and its three retries all fail.
+    for _ in 0..4 {
+        telegram.fail_next("sendMessage", 502, None);
+    }
+    telegram.push(MockUpdate::text(801, 555, "unlucky one"));
+    gw.wait_for("the retries given up", || gw.stderr().contains("reply kept in the outbox"));
+    assert_eq!(telegram.requests_for("sendMessage").len(), 4, "the attack ran: four failed sends");
+    assert!(telegram.sent_messages().iter().all(|m| m.chat_id != 801));
+    gw.terminate();
+
+    let gw = start_telegram(home.path(), &mock, None);
+    let sent = telegram_settled(&gw, &telegram, 801, 1);
+    assert_eq!(sent, vec!["ANSWER: unlucky one".to_string()]);
+    gw.terminate();
+    // Delivered now: a third start sends nothing.
+    let gw = start_telegram(home.path(), &mock, None);
+    gw.wait_for("the long poll", || telegram.is_polling());
+    let sent = telegram_settled(&gw, &telegram, 801, 1);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    gw.terminate();
+    assert_eq!(mock.request_count(), 1, "the turn ran once");
+}
+
+/// An API client whose gateway died mid-turn is not answered after the
+/// restart (its connection died with the process; a retry is a new
+/// request): the turn is not run again, and its row is closed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_request_cut_by_a_crash_is_closed_not_run_again() {
+    let mock = mock();
+    let home = tempfile::tempdir().unwrap();
+    write_config(home.path());
+    let mut gw = start(home.path(), &mock, Some(("model", "api hello")));
+    let body = json!({"model": "chitin", "user": "api-once", "messages": [{"role": "user", "content": "api hello"}]});
+    // The head may come early (the API keeps a slow answer's connection
+    // alive); the answer itself never comes.
+    let answer = match reqwest::Client::new().post(gw.url("/v1/chat/completions")).bearer_auth(TOKEN).json(&body).send().await {
+        Ok(response) => response.json::<Value>().await.ok(),
+        Err(_) => None,
+    };
+    assert!(answer.as_ref().is_none_or(|a| a["choices"][0]["message"]["content"].as_str().is_none()), "the client's connection died with the gateway: {answer:?}");
+    died_by_sigkill(&mut gw);
+    let requests_before = mock.request_count();
+    let gw = start(home.path(), &mock, None);
+    gw.wait_for("the recovery report", || gw.stderr().contains("abandoned: 1"));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(mock.request_count(), requests_before, "the API turn was not run again");
+    gw.terminate();
+    // A later start finds nothing left to recover.
+    let gw = start(home.path(), &mock, None);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!gw.stderr().contains("abandoned"), "{}", gw.stderr());
+    gw.terminate();
+}
+
+/// The web chat takes a retried send (same message id) once: the client
+/// that lost its connection before the answer may send again safely.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_web_chat_send_retried_with_its_id_is_taken_once() {
+    let mock = mock();
+    let home = tempfile::tempdir().unwrap();
+    write_config(home.path());
+    let gw = start(home.path(), &mock, None);
+    let client = reqwest::Client::new();
+    let post = |body: Value| client.post(gw.url("/chat/send")).bearer_auth(TOKEN).json(&body).send();
+    let first = post(json!({"session": "r", "text": "only once", "id": "m-1"})).await.unwrap();
+    assert_eq!(first.status().as_u16(), 202);
+    // The retry: the same id, sent again (and again after the reply).
+    let again: Value = post(json!({"session": "r", "text": "only once", "id": "m-1"})).await.unwrap().json().await.unwrap();
+    assert_eq!(again["queued"], false, "{again}");
+    let shown = settled(&gw, "r", 1).await;
+    let again: Value = post(json!({"session": "r", "text": "only once", "id": "m-1"})).await.unwrap().json().await.unwrap();
+    assert_eq!(again["queued"], false, "{again}");
+    assert_one_exchange(&shown, "only once", "ANSWER: only once");
+    // An id from another session is another message; a bad id is refused.
+    assert_eq!(post(json!({"session": "r2", "text": "only once", "id": "m-1"})).await.unwrap().status().as_u16(), 202);
+    let bad = post(json!({"session": "r", "text": "x", "id": "../m 1"})).await.unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    settled(&gw, "r2", 1).await;
+    gw.terminate();
+    assert_eq!(mock.request_count(), 2, "one turn per message");
+}
+
+/// The soak: 1 000 messages over 50 web chat sessions (each session's
+/// messages one after another, as a person writes), while the gateway is
+/// killed with SIGKILL every 1.5 to 4 s and started again. The clients
+/// retry a send that got no answer with the same message id. At the end
+/// every session holds its 20 messages once each and exactly one reply to
+/// each, in order, with nothing left pending.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "slow: soak, 1 000 messages with kill -9 every few seconds"]
+async fn soak_1000_messages_over_50_chats_with_kills_counts_match_exactly() {
+    const CHATS: usize = 50;
+    const PER_CHAT: usize = 20;
+    let mock = mock();
+    let home = tempfile::tempdir().unwrap();
+    write_config(home.path());
+    let base = Arc::new(std::sync::Mutex::new(String::new()));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let kills = Arc::new(AtomicUsize::new(0));
+    // The killer: start, let it run a while, SIGKILL, start again.
+    let killer = {
+        let (home, base, done, kills, url) = (home.path().to_path_buf(), base.clone(), done.clone(), kills.clone(), mock.base_url());
+        std::thread::spawn(move || {
+            let mut seed = 0x9e37_79b9_u64;
+            loop {
+                let mut cmd = chitin(&home, &["gateway"]);
+                cmd.env("OPENAI_BASE_URL", &url).env("CHITIN_GATEWAY_TOKEN", TOKEN);
+                let mut gw = Gateway::spawn(cmd);
+                *base.lock().unwrap() = gw.base();
+                if done.load(Ordering::SeqCst) {
+                    return gw;
+                }
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                std::thread::sleep(Duration::from_millis(1500 + seed % 2500));
+                if done.load(Ordering::SeqCst) {
+                    return gw;
+                }
+                gw.child.kill().unwrap();
+                gw.wait_exit();
+                kills.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let current = |base: &Arc<std::sync::Mutex<String>>| base.lock().unwrap().clone();
+    while current(&base).is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut chats = tokio::task::JoinSet::new();
+    for chat in 0..CHATS {
+        let (client, base) = (client.clone(), base.clone());
+        chats.spawn(async move {
+            let session = format!("soak{chat}");
+            for n in 0..PER_CHAT {
+                let text = format!("soak {chat}-{n}");
+                let body = json!({"session": session, "text": text, "id": format!("m{n}")});
+                loop {
+                    let url = format!("{}/chat/send", current(&base));
+                    match client.post(url).bearer_auth(TOKEN).json(&body).send().await {
+                        Ok(r) if r.status().as_u16() == 202 => break,
+                        _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                }
+                // Then wait for its reply before writing the next one.
+                loop {
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    let url = format!("{}/chat/history?session={session}", current(&base));
+                    let Ok(response) = client.get(url).bearer_auth(TOKEN).send().await else { continue };
+                    let Ok(shown) = response.json::<Value>().await else { continue };
+                    let replies = shown["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+                    if replies > n {
+                        break;
+                    }
+                }
+            }
+        });
+    }
+    let all = async {
+        while let Some(joined) = chats.join_next().await {
+            joined.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(900), all).await.expect("the soak finished within 15 minutes");
+    done.store(true, Ordering::SeqCst);
+    let gw = tokio::task::spawn_blocking(move || killer.join().unwrap()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    gw.terminate();
+    let kills = kills.load(Ordering::SeqCst);
+    assert!(kills >= 5, "the attack ran: only {kills} kills");
+    let mut total = 0;
+    for chat in 0..CHATS {
+        let messages = assert_consistent(home.path(), &format!("web:soak{chat}"));
+        let users: Vec<String> = messages.iter().filter(|m| m.role == Role::User).map(|m| m.text().to_string()).collect();
+        let replies: Vec<String> = messages.iter().filter(|m| m.role == Role::Assistant && !m.text().is_empty()).map(|m| m.text().to_string()).collect();
+        let expected: Vec<String> = (0..PER_CHAT).map(|n| format!("soak {chat}-{n}")).collect();
+        assert_eq!(users, expected, "chat {chat}: each message once, in order");
+        let answers: Vec<String> = expected.iter().map(|t| format!("ANSWER: {t}")).collect();
+        assert_eq!(replies, answers, "chat {chat}: exactly one reply to each");
+        total += replies.len();
+    }
+    assert_eq!(total, CHATS * PER_CHAT);
+    eprintln!("soak: {total} messages answered once each across {kills} kills");
 }

@@ -121,8 +121,8 @@ pub enum InboxError {
     Io { what: &'static str, path: PathBuf, source: std::io::Error },
     /// Another process (a gateway, an interactive `chitin agent`) has this
     /// data dir's inbox open.
-    #[error("the inbox {path} is in use by another chitin process (a gateway or an interactive agent on this data dir)")]
-    Busy { path: PathBuf },
+    #[error("already running (pid {pid}): the inbox {path} is in use by another chitin process (a gateway or an interactive agent on this data dir)")]
+    Busy { path: PathBuf, pid: String },
 }
 
 #[derive(Deserialize)]
@@ -239,15 +239,22 @@ impl Inbox {
     pub fn open(dir: &Path, policy: FsyncPolicy) -> Result<Arc<Inbox>, InboxError> {
         std::fs::create_dir_all(dir).map_err(io("creating the inbox directory", dir))?;
         let lock_path = dir.join("inbox.lock");
-        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io("opening the lock", &lock_path))?;
+        let mut lock = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&lock_path).map_err(io("opening the lock", &lock_path))?;
         // SAFETY: flock(2) on a descriptor we own.
         if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let error = std::io::Error::last_os_error();
             if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                return Err(InboxError::Busy { path: dir.to_path_buf() });
+                // The holder wrote its pid when it took the lock; only
+                // shown, never trusted for anything.
+                let pid = std::fs::read_to_string(&lock_path).map(|s| s.trim().chars().take(20).collect::<String>()).unwrap_or_default();
+                let pid = if pid.is_empty() { "unknown".to_string() } else { pid };
+                return Err(InboxError::Busy { path: dir.to_path_buf(), pid });
             }
             return Err(io("locking", &lock_path)(error));
         }
+        // Ours now: say who holds it, for the error a second process shows.
+        lock.set_len(0).map_err(io("writing the lock", &lock_path))?;
+        lock.write_all(std::process::id().to_string().as_bytes()).map_err(io("writing the lock", &lock_path))?;
         let path = dir.join(LOG_FILE);
         let mut rows = BTreeMap::new();
         let mut dedup = HashMap::new();
