@@ -477,7 +477,7 @@ async fn a_web_chat_send_retried_with_its_id_is_taken_once() {
 
 /// The soak: 1 000 messages over 50 web chat sessions (each session's
 /// messages one after another, as a person writes), while the gateway is
-/// killed with SIGKILL every 1.5 to 4 s and started again. The clients
+/// killed with SIGKILL every 0.3 to 1.2 s of its life and started again. The clients
 /// retry a send that got no answer with the same message id. At the end
 /// every session holds its 20 messages once each and exactly one reply to
 /// each, in order, with nothing left pending.
@@ -508,7 +508,7 @@ async fn soak_1000_messages_over_50_chats_with_kills_counts_match_exactly() {
                 seed ^= seed << 13;
                 seed ^= seed >> 7;
                 seed ^= seed << 17;
-                std::thread::sleep(Duration::from_millis(1500 + seed % 2500));
+                std::thread::sleep(Duration::from_millis(300 + seed % 900));
                 if done.load(Ordering::SeqCst) {
                     return gw;
                 }
@@ -563,7 +563,6 @@ async fn soak_1000_messages_over_50_chats_with_kills_counts_match_exactly() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     gw.terminate();
     let kills = kills.load(Ordering::SeqCst);
-    assert!(kills >= 5, "the attack ran: only {kills} kills");
     let mut total = 0;
     for chat in 0..CHATS {
         let messages = assert_consistent(home.path(), &format!("web:soak{chat}"));
@@ -576,5 +575,6 @@ async fn soak_1000_messages_over_50_chats_with_kills_counts_match_exactly() {
         total += replies.len();
     }
     assert_eq!(total, CHATS * PER_CHAT);
+    assert!(kills >= 8, "the attack ran: only {kills} kills");
     eprintln!("soak: {total} messages answered once each across {kills} kills");
 }
