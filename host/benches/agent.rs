@@ -13,6 +13,10 @@
 //!   tool call and an answer), measured on later runs once the plugin's
 //!   compiled code is cached, as any run after the first finds it.
 //! - Peak RSS of the bench process per part (it also compiles the plugins).
+//! - `durable`: what the durable inbox/outbox adds per turn (accept,
+//!   running, the commit's stamp, done): the same turn at turn 10 with and
+//!   without it, interleaved, and the inbox's own transitions alone under
+//!   both fsync policies.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +33,7 @@ use serde_json::json;
 const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
 
 /// The parts, in the order they run.
-const PARTS: [&str; 5] = ["turn10", "turn1000", "turn10000", "sessions", "oneshot"];
+const PARTS: [&str; 6] = ["turn10", "turn1000", "turn10000", "sessions", "oneshot", "durable"];
 
 fn main() {
     // `cargo bench --bench agent -- sessions` runs only the parts named; no
@@ -55,6 +59,7 @@ fn main() {
                 "turn10000" => per_turn_at(10_000).await,
                 "sessions" => many_sessions().await,
                 "oneshot" => one_shot_rss().await,
+                "durable" => durable_overhead().await,
                 other => panic!("no bench part {other:?}; the parts: {}", PARTS.join(", ")),
             }
         }
@@ -99,11 +104,17 @@ fn mock_calling(tool: &'static str, args: serde_json::Value) -> MockLlm {
 const ARCHIVING_PROMPT: &[u8] = b"# Archiving task";
 
 async fn agent(mock: &MockLlm, home: &std::path::Path, extra_agent: &str) -> AgentLoop {
+    agent_on(mock, home, extra_agent, false).await
+}
+
+/// [`agent`]; `durable` gives it the gateway's bus (`App::durable_bus`).
+async fn agent_on(mock: &MockLlm, home: &std::path::Path, extra_agent: &str, durable: bool) -> AgentLoop {
     let config = format!("[agent]\nmodel = \"bench\"\nstream = false\nmax_concurrent_turns = 0\n{extra_agent}\n[providers.openai]\nbase_url = \"{}\"\n", mock.base_url());
     std::fs::write(home.join("config.toml"), config).unwrap();
     let app = App::open(DataDir::at(home), AppOptions { extra_plugins: vec![HELLO_WASM.into()], ..Default::default() }).unwrap();
     let provider = OpenAiProvider::new(OpenAiOptions { base_url: mock.base_url(), retry: RetryPolicy::none(), stream: false, ..OpenAiOptions::default() }).unwrap();
-    let core = app.agent_core(Arc::new(provider), Arc::new(MessageBus::new()));
+    let bus = if durable { app.durable_bus().unwrap() } else { Arc::new(MessageBus::new()) };
+    let core = app.agent_core(Arc::new(provider), bus);
     for plugin in app.catalog.iter() {
         app.runtime.prepare(plugin).await.unwrap();
     }
@@ -187,6 +198,50 @@ async fn per_turn_at(history: usize) {
         ms(total.saturating_sub(http))
     );
     println!("             mean ms per state: {}", breakdown.join(", "));
+}
+
+/// The durable inbox's cost per turn: two agents over the same mock, one
+/// with the durable bus, their turns interleaved (so both see the same
+/// machine), at turn 10 of their sessions; then the inbox's transitions of
+/// one message alone (accept, running, done with a reply), under
+/// `FsyncPolicy::Batch` (the gateway's) and `Always`.
+async fn durable_overhead() {
+    let mock = turn_mock();
+    let (plain_home, durable_home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let plain = agent_on(&mock, plain_home.path(), "", false).await;
+    let durable = agent_on(&mock, durable_home.path(), "", true).await;
+    for i in 0..10 {
+        turn(&plain, "cli:bench", &format!("warm {i}: please shout hi")).await;
+        turn(&durable, "cli:bench", &format!("warm {i}: please shout hi")).await;
+    }
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..60 {
+        a.push(turn(&plain, "cli:bench", &format!("again {i}: please shout hi")).await);
+        b.push(turn(&durable, "cli:bench", &format!("again {i}: please shout hi")).await);
+    }
+    let (a, b) = (median(a), median(b));
+    println!(
+        "durable inbox: median turn {:.3} ms without, {:.3} ms with → {:+.3} ms per turn (1 tool call + answer, turn ~10..70)",
+        ms(a),
+        ms(b),
+        ms(b) - ms(a)
+    );
+    for policy in [chitin::durable::FsyncPolicy::Batch, chitin::durable::FsyncPolicy::Always] {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = chitin::durable::Inbox::open(dir.path(), policy).unwrap();
+        let reply = chitin::bus::OutboundMessage::reply("telegram", "42", "a reply of a few words, as most are");
+        let n = if policy == chitin::durable::FsyncPolicy::Batch { 5_000 } else { 200 };
+        let started = Instant::now();
+        for i in 0..n {
+            let mut message = chitin::bus::InboundMessage::new("telegram", "u", "42", format!("message {i} with a few words"));
+            let chitin::durable::Accepted::New(row) = inbox.accept(&mut message, Some(format!("ch:telegram:{i}"))).unwrap() else { panic!() };
+            inbox.start(row).unwrap();
+            inbox.done(row, &[], Some(&reply), false).unwrap();
+            inbox.delivered(row.id).unwrap();
+        }
+        let per = started.elapsed() / n;
+        println!("             inbox transitions of one message (accept, running, done + outbox, delivered), {policy:?}: {:.1} µs", per.as_secs_f64() * 1e6);
+    }
 }
 
 async fn many_sessions() {

@@ -8,6 +8,9 @@
 //! - 1 000 sessions × 5 turns at 0 ms: turns per second, the gateway's CPU
 //!   time per turn (user + system, from `/proc/PID/stat`, over that phase
 //!   only) and its peak RSS (`VmHWM`).
+//! - With `CHITIN_BENCH_BASELINE=/path/to/chitin` (a binary built before
+//!   the durable inbox): CPU per turn of both gateways, interleaved, so the
+//!   inbox/outbox cost per turn shows as a difference within one run.
 //!
 //! The client (reqwest) and the mock LLM run in this process and share the
 //! machine's cores with the gateway, so turns/s is a floor for the host.
@@ -66,7 +69,61 @@ fn main() {
         let said = at.saturating_duration_since(stopping);
         println!("  SIGTERM to exit: {:.0} ms ({status}); to its last line {:.0} ms: {line:?}", waited.as_secs_f64() * 1e3, said.as_secs_f64() * 1e3);
         println!("  model requests served by the mock: {}", mock.request_count());
+
+        // The durable inbox/outbox's cost per turn (issue 19): this
+        // gateway against a baseline binary (one built before the inbox,
+        // e.g. the previous release), both on the same mock, their rounds
+        // interleaved so both see the same machine.
+        match std::env::var_os("CHITIN_BENCH_BASELINE") {
+            Some(baseline) => compare_with_baseline(&mock, std::path::Path::new(&baseline)).await,
+            None => println!("  durable inbox cost: set CHITIN_BENCH_BASELINE=/path/to/an/older/chitin to compare CPU per turn side by side"),
+        }
     });
+}
+
+/// CPU per turn of this gateway and of `baseline`, 4 interleaved rounds of
+/// 200 sessions × 5 turns each (each gateway on a data dir of its own).
+async fn compare_with_baseline(mock: &MockLlm, baseline: &std::path::Path) {
+    let ours = std::path::PathBuf::from(env!("CARGO_BIN_EXE_chitin"));
+    let mut gateways = Vec::new();
+    for bin in [&ours, &baseline.to_path_buf()] {
+        let home = tempfile::tempdir().unwrap();
+        let config = format!(
+            "[agent]\nmodel = \"bench\"\nstream = false\nmax_concurrent_turns = 0\n[providers.openai]\nbase_url = \"{}\"\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"{TOKEN}\"\n",
+            mock.base_url()
+        );
+        std::fs::write(home.path().join("config.toml"), config).unwrap();
+        let (child, base, _) = start_gateway_bin(bin, home.path());
+        gateways.push((child, base, home, 0.0_f64, 0_usize));
+    }
+    let client = reqwest::Client::builder().pool_idle_timeout(None).build().unwrap();
+    for (_, base, _, _, _) in &gateways {
+        turns(&client, base, 1, 1, "warm").await;
+    }
+    for round in 0..4 {
+        for (child, base, _, cpu, n) in gateways.iter_mut() {
+            let before = cpu_seconds(child.id());
+            *n += turns(&client, base, 200, 5, &format!("cmp{round}")).await;
+            *cpu += cpu_seconds(child.id()) - before;
+        }
+    }
+    let per_turn: Vec<f64> = gateways.iter().map(|(_, _, _, cpu, n)| cpu * 1e3 / *n as f64).collect();
+    println!(
+        "  durable inbox cost: gateway CPU per turn {:.3} ms vs baseline {:.3} ms ({:+.3} ms, {:.3}×; fsync policy: batch, fdatasync within 1 s); baseline {}",
+        per_turn[0],
+        per_turn[1],
+        per_turn[0] - per_turn[1],
+        per_turn[0] / per_turn[1],
+        baseline.display()
+    );
+    for (mut child, _, home, _, _) in gateways {
+        let _ = child.kill();
+        let _ = child.wait();
+        let inbox = home.path().join("inbox/inbox.log");
+        if let Ok(meta) = std::fs::metadata(&inbox) {
+            println!("  inbox log after the rounds: {} bytes", meta.len());
+        }
+    }
 }
 
 /// `sessions` clients in parallel, each running `per_session` turns one
@@ -114,7 +171,12 @@ fn tool_mock() -> MockLlm {
 
 /// Starts `chitin gateway` and reads the address it prints.
 fn start_gateway(home: &std::path::Path) -> (Child, String, Arc<std::sync::Mutex<(String, Instant)>>) {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_chitin"))
+    start_gateway_bin(std::path::Path::new(env!("CARGO_BIN_EXE_chitin")), home)
+}
+
+/// [`start_gateway`] with the binary `bin`.
+fn start_gateway_bin(bin: &std::path::Path, home: &std::path::Path) -> (Child, String, Arc<std::sync::Mutex<(String, Instant)>>) {
+    let mut child = std::process::Command::new(bin)
         .arg("gateway")
         .env("CHITIN_HOME", home)
         .env("RUST_LOG", "warn")

@@ -53,6 +53,9 @@ pub enum AppError {
     /// The workspace could not be opened.
     #[error(transparent)]
     WorkspaceOpen(#[from] WorkspaceError),
+    /// The durable inbox could not be opened.
+    #[error(transparent)]
+    Inbox(#[from] crate::durable::InboxError),
 }
 
 /// A ready host.
@@ -179,14 +182,13 @@ impl App {
         let services = Arc::new(crate::agent::services::AgentServices::new(bus.clone(), active.clone(), self.workspace.clone()));
         self.runtime.set_services(services.clone());
         let runner = AgentRunner::new(provider);
-        services.set_subagents(Arc::new(crate::agent::subagents::SubagentManager::new(
-            agent.clone(),
-            runner.clone(),
-            &self.tools,
-            self.workspace.clone(),
-            bus.clone(),
-            active.clone(),
-        )));
+        // One tracker owns what turns leave running: subagents,
+        // consolidation, `/new` archives (closed and awaited by the loop).
+        let tasks = tokio_util::task::TaskTracker::new();
+        services.set_subagents(Arc::new(
+            crate::agent::subagents::SubagentManager::new(agent.clone(), runner.clone(), &self.tools, self.workspace.clone(), bus.clone(), active.clone())
+                .with_tasks(tasks.clone()),
+        ));
         AgentCore {
             consolidator,
             auto_compact,
@@ -203,6 +205,17 @@ impl App {
             dream: Arc::new(crate::agent::dream::Dream::new(agent.dream.clone(), self.workspace.clone(), self.data.root())),
             media_root: self.data.root().join("media"),
             last_chat: Arc::new(crate::agent::heartbeat::LastChat::open(self.data.root())),
+            locks: crate::agent::locks::KeyedLocks::new(),
+            tasks,
+            archiving: Default::default(),
         }
+    }
+
+    /// The bus of a long-lived host: durable, over `<data>/inbox` (see
+    /// [`crate::durable`]), so every message it accepts is answered once,
+    /// across crashes.
+    pub fn durable_bus(&self) -> Result<Arc<MessageBus>, AppError> {
+        let inbox = crate::durable::Inbox::open(&self.data.root().join("inbox"), crate::durable::FsyncPolicy::Batch)?;
+        Ok(Arc::new(MessageBus::durable(inbox)))
     }
 }

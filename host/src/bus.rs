@@ -5,11 +5,14 @@
 //! calls the model, the loop never knows a platform.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::sync::{Mutex, mpsc};
+
+use crate::durable::{Accepted, Inbox, InboxRef};
 
 /// The channel name reserved for internal messages (subagent results,
 /// continuations, re-published leftovers keep their own channel).
@@ -156,6 +159,49 @@ pub struct OutboundMessage {
     pub metadata: Map<String, Value>,
     /// What this is.
     pub kind: OutboundKind,
+    /// Called by the channel that delivered this reply (see
+    /// [`DeliveryAck`]); not part of the message's data.
+    #[serde(skip)]
+    pub ack: DeliveryAck,
+}
+
+/// What a front end calls once a reply reached its platform, so the
+/// durable outbox ([`crate::durable`]) marks it delivered and does not send
+/// it again after a restart. Empty for events and for replies that need no
+/// mark. Compares equal to any other (it is not data).
+#[derive(Clone, Default)]
+pub struct DeliveryAck(Option<Arc<dyn Fn() + Send + Sync>>);
+
+impl DeliveryAck {
+    /// An ack that runs `mark` once delivered.
+    pub fn new(mark: impl Fn() + Send + Sync + 'static) -> Self {
+        DeliveryAck(Some(Arc::new(mark)))
+    }
+
+    /// The reply reached its platform (or was refused for good: sending it
+    /// again would not help).
+    pub fn delivered(&self) {
+        if let Some(mark) = &self.0 {
+            mark();
+        }
+    }
+
+    /// Whether anyone waits for the mark.
+    pub fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl std::fmt::Debug for DeliveryAck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "DeliveryAck(set)" } else { "DeliveryAck(none)" })
+    }
+}
+
+impl PartialEq for DeliveryAck {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl OutboundMessage {
@@ -169,6 +215,7 @@ impl OutboundMessage {
             media: Vec::new(),
             metadata: Map::new(),
             kind: OutboundKind::Message { streamed: false },
+            ack: DeliveryAck::default(),
         }
     }
 
@@ -191,7 +238,12 @@ impl OutboundMessage {
 /// Two unbounded queues: inbound (channels → loop) and outbound (loop →
 /// channels). Unbounded because a re-published leftover must never block or
 /// be dropped; producers are humans and the loop itself.
+///
+/// With an [`Inbox`] ([`MessageBus::durable`]) every inbound message is
+/// recorded there before it is queued: the one place every source (channel,
+/// web chat, API, cron, subagent) goes through.
 pub struct MessageBus {
+    inbox: Option<Arc<Inbox>>,
     inbound_tx: mpsc::UnboundedSender<InboundMessage>,
     inbound_rx: Mutex<mpsc::UnboundedReceiver<InboundMessage>>,
     outbound_tx: mpsc::UnboundedSender<OutboundMessage>,
@@ -209,13 +261,45 @@ impl MessageBus {
     pub fn new() -> Self {
         let (inbound_tx, inbound_rx) = mpsc::unbounded_channel();
         let (outbound_tx, outbound_rx) = mpsc::unbounded_channel();
-        MessageBus { inbound_tx, inbound_rx: Mutex::new(inbound_rx), outbound_tx, outbound_rx: Mutex::new(outbound_rx) }
+        MessageBus { inbox: None, inbound_tx, inbound_rx: Mutex::new(inbound_rx), outbound_tx, outbound_rx: Mutex::new(outbound_rx) }
     }
 
-    /// Queues a message for the agent.
-    pub fn publish_inbound(&self, message: InboundMessage) {
+    /// Queues whose inbound side records every message in `inbox` first.
+    pub fn durable(inbox: Arc<Inbox>) -> Self {
+        MessageBus { inbox: Some(inbox), ..MessageBus::new() }
+    }
+
+    /// The durable inbox, if this bus has one.
+    pub fn inbox(&self) -> Option<&Arc<Inbox>> {
+        self.inbox.as_ref()
+    }
+
+    /// Queues a message for the agent. On a durable bus a new message is
+    /// first accepted into the inbox (its id stamped into its metadata); a
+    /// message that already has an id (a leftover re-published, a row
+    /// resumed on start) is queued as is, and a re-sent channel event whose
+    /// id is known is dropped: its row is answered or resumed already.
+    ///
+    /// Returns false when the message was such a re-sent event (not queued).
+    pub fn publish_inbound(&self, mut message: InboundMessage) -> bool {
+        if let Some(inbox) = &self.inbox
+            && InboxRef::of(&message).is_none()
+        {
+            let dedup = dedup_key(&message);
+            match inbox.accept(&mut message, dedup) {
+                Ok(Accepted::New(_)) => {}
+                Ok(Accepted::Duplicate(row)) => {
+                    tracing::info!(channel = %message.channel, chat = %message.chat_id, inbox = row.id, "message already accepted; not queued again");
+                    return false;
+                }
+                // Better answered without the guarantee than not at all.
+                Err(e) => tracing::error!(channel = %message.channel, chat = %message.chat_id, "message queued without a durable record: {e}"),
+            }
+            crate::crash_point!("accepted", &message.content);
+        }
         // The receiver lives as long as the bus, so sending cannot fail.
         let _ = self.inbound_tx.send(message);
+        true
     }
 
     /// Queues a message or event for the channels.
@@ -244,6 +328,15 @@ impl MessageBus {
     }
 }
 
+/// The key that names a message across re-sends: a channel event's id
+/// (`ch:<channel>:<event id>`, SCALE_OUT §8). Other sources have none: each
+/// publish is a new message.
+pub fn dedup_key(message: &InboundMessage) -> Option<String> {
+    let event = message.metadata.get("event_id")?;
+    let event = event.as_str().map(str::to_string).unwrap_or_else(|| event.to_string());
+    Some(format!("ch:{}:{event}", message.channel))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +355,30 @@ mod tests {
         let clean = m.from_client();
         assert!(!clean.metadata.contains_key("_command"), "internal keys are not accepted from clients");
         assert!(clean.metadata.contains_key("message_id"));
+    }
+
+    /// The durable bus records every new message before queueing it, keeps
+    /// a republished one's id, and drops a channel's re-sent event; a client
+    /// cannot pick its own id (the `_` key is stripped from client input).
+    #[tokio::test]
+    async fn a_durable_bus_accepts_once_and_drops_resent_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let bus = MessageBus::durable(Inbox::open(dir.path(), crate::durable::FsyncPolicy::Batch).unwrap());
+        let mut event = InboundMessage::new("telegram", "u", "42", "hi");
+        event.metadata.insert("event_id".into(), Value::from("upd-7"));
+        bus.publish_inbound(event.clone());
+        bus.publish_inbound(event);
+        let first = bus.consume_inbound().await.unwrap();
+        let row = InboxRef::of(&first).expect("stamped with its row");
+        assert!(bus.try_consume_inbound().is_none(), "the re-sent event is not queued again");
+        bus.publish_inbound(first.clone());
+        assert_eq!(InboxRef::of(&bus.consume_inbound().await.unwrap()), Some(row), "a republished leftover keeps its row");
+        let mut forged = InboundMessage::new("web", "web", "s", "x");
+        forged.metadata.insert(crate::durable::INBOX_ID.into(), Value::from(row.id));
+        bus.publish_inbound(forged.from_client());
+        let taken = bus.consume_inbound().await.unwrap();
+        assert_ne!(InboxRef::of(&taken), Some(row), "a client cannot claim another message's row");
+        assert_eq!(bus.inbox().unwrap().open_rows().len(), 2);
     }
 
     #[tokio::test]

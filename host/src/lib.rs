@@ -55,6 +55,7 @@ pub mod channels;
 pub mod compact;
 pub mod config;
 pub mod cron;
+pub mod durable;
 pub mod fsutil;
 pub mod gateway;
 pub mod market;

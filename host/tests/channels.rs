@@ -396,10 +396,11 @@ fn telegram_409_stops_the_poller_with_a_clear_status() {
 }
 
 /// Issue 10, item 3/4: one consumer per bot account. A second gateway on
-/// the same CHITIN_HOME (its own port) finds the channel's lock held and
-/// stops that channel with "already running (pid N)" naming the first
-/// gateway, without ever polling, so the first keeps its long poll (a
-/// second `getUpdates` would have ended it with 409) and keeps answering.
+/// the same CHITIN_HOME finds the data dir's inbox held (issue 19: one
+/// process per data dir) and exits with "already running (pid N)" naming
+/// the first gateway, without ever polling, so the first keeps its long
+/// poll (a second `getUpdates` would have ended it with 409) and keeps
+/// answering. (The channel's own lock still guards the channel below it.)
 #[test]
 fn a_second_gateway_on_the_same_channel_stops_with_already_running() {
     let tg_token = "777002:TWICE-tg-distinctive";
@@ -412,12 +413,14 @@ fn a_second_gateway_on_the_same_channel_stops_with_already_running() {
     first.wait_for("the first gateway's long poll", || telegram.is_polling());
     let polls = telegram.requests_for("getUpdates").len();
 
-    let second = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    assert_ne!(first.base(), second.base());
+    // A second gateway on the same data dir is refused as a whole (the
+    // durable inbox takes one process per data dir), naming the first.
+    let second = common::run_within(&mut telegram_gateway(home.path(), &mock, tg_token), Duration::from_secs(60));
+    assert!(!second.status.success(), "the second gateway must fail");
+    let err = common::stderr(&second);
     let running = format!("already running (pid {}", first.child.id());
-    second.wait_for("the second gateway refusing the channel", || second.stderr().contains(&running));
-    let stop = second.stderr().lines().find(|l| l.contains(&running)).unwrap().to_string();
-    assert!(stop.contains("telegram") && stop.contains("channel stopped"), "{stop}");
+    assert!(err.contains(&running), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
 
     holds_throughout("the second gateway never polls", || {
         let now = telegram.requests_for("getUpdates").len();
@@ -435,8 +438,6 @@ fn a_second_gateway_on_the_same_channel_stops_with_already_running() {
     telegram.push(chitin::testing::MockUpdate::text(778, 555, "are you there?"));
     first.wait_for("the reply from the first gateway", || !telegram.sent_messages().is_empty());
     assert_eq!(telegram.sent_messages()[0].text, "still the first");
-    let err2 = second.terminate();
-    assert!(!err2.contains("reply delivered"), "{err2}");
     first.terminate();
     assert_eq!(mock.request_count(), 1);
 }

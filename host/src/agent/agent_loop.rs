@@ -13,8 +13,8 @@
 //!   runner's checkpoint into the session; on error it apologises; on every
 //!   exit it re-publishes what is left in the pending queue.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -28,12 +28,17 @@ use super::turn::{self, FollowUp, RunScope, TurnContext, TurnError, materialize_
 use super::responder::BusResponder;
 use super::sink::TurnSink;
 use crate::bus::{InboundMessage, OutboundMessage, SYSTEM_CHANNEL};
+use crate::durable::{InboxRef, MAX_ATTEMPTS};
 
 /// How long `run` waits on the bus before doing housekeeping.
 const INBOUND_POLL: Duration = Duration::from_secs(1);
 
 /// Published when a turn fails.
 pub const APOLOGY: &str = "Sorry, something went wrong while handling your message. Please try again.";
+
+/// The reply to a poison message (one whose every attempt ended its
+/// process): it is not tried again.
+pub const POISON_TEXT: &str = "Sorry, I could not handle this message: every attempt stopped the host before it finished, so I will not try it again. Try rephrasing it or splitting it into smaller steps.";
 
 /// Reply to a command that cannot run while a turn runs (`/new`).
 pub const BUSY_TEXT: &str = "A task is still running. Wait for it, or /stop it first.";
@@ -71,8 +76,10 @@ pub enum TurnOutcome {
 #[derive(Clone)]
 pub struct AgentLoop {
     core: Arc<AgentCore>,
-    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     semaphore: Option<Arc<Semaphore>>,
+    /// Set by [`AgentLoop::stop_for_shutdown`]: a turn cancelled now is
+    /// handed over to the next start, not answered.
+    shutting_down: Arc<AtomicBool>,
 }
 
 /// Channels whose chats cannot take a message nobody asked for: internal
@@ -87,7 +94,7 @@ impl AgentLoop {
     /// A loop over `core`.
     pub fn new(core: Arc<AgentCore>) -> Self {
         let limit = core.settings.max_concurrent_turns;
-        AgentLoop { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), core, locks: Default::default() }
+        AgentLoop { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), core, shutting_down: Default::default() }
     }
 
     /// The chat a person last wrote to this loop from, as (channel, chat id).
@@ -102,8 +109,7 @@ impl AgentLoop {
     /// the session's lock, so it lands after a running turn, never inside.
     pub async fn record_delivery(&self, channel: &str, chat_id: &str, text: &str) {
         let key = format!("{channel}:{chat_id}");
-        let lock = self.lock_for(&key);
-        let _serial = lock.lock().await;
+        let _serial = self.core.locks.lock(&key).await;
         let mut session = match self.core.sessions.load(&key) {
             Ok(session) => session,
             Err(e) => {
@@ -130,6 +136,7 @@ impl AgentLoop {
     /// waits for the running turns to finish.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         let mut tasks = JoinSet::new();
+        self.recover();
         self.resume_goals();
         tokio::pin!(shutdown);
         loop {
@@ -144,8 +151,25 @@ impl AgentLoop {
             while tasks.try_join_next().is_some() {}
         }
         while tasks.join_next().await.is_some() {}
+        // Shutdown, in phases: (1) intake stopped (the loop left), (2) the
+        // turns finished (above), (3) subagents cancelled (a result nobody
+        // would receive is not worth waiting for), (4) background work the
+        // turns left (consolidation, `/new` archives) finished, (5) flush.
+        if let Some(manager) = self.core.services.subagents() {
+            let n = manager.cancel_all();
+            if n > 0 {
+                tracing::info!(count = n, "shutdown: subagents cancelled");
+            }
+        }
+        self.core.tasks.close();
+        self.core.tasks.wait().await;
         if let Err(e) = self.core.sessions.sync() {
             tracing::warn!("syncing sessions at shutdown failed: {e}");
+        }
+        if let Some(inbox) = self.core.bus.inbox()
+            && let Err(e) = inbox.sync()
+        {
+            tracing::warn!("syncing the inbox at shutdown failed: {e}");
         }
     }
 
@@ -153,7 +177,24 @@ impl AgentLoop {
     /// session gets a resume message on the bus (from sender `goal`), whose
     /// turn recovers the interrupted one (RESTORE) and continues the goal.
     pub fn resume_goals(&self) -> usize {
-        let found = super::goals::interrupted_goals(self.core.sessions.as_ref());
+        let mut archives = Vec::new();
+        let mut found = super::goals::interrupted_goals_and(self.core.sessions.as_ref(), |session| {
+            if session.metadata.contains_key(crate::session::PENDING_ARCHIVES) {
+                archives.push(session.key.clone());
+            }
+        });
+        for key in archives {
+            // A `/new` whose archive a crash interrupted.
+            tracing::info!(session = %key, "archiving a conversation cleared before the last stop");
+            super::archives::spawn(&self.core, &key);
+        }
+        // A goal whose turn has an open inbox row is resumed with that row.
+        if let Some(inbox) = self.core.bus.inbox() {
+            found.retain(|(key, _)| {
+                let pending = self.core.sessions.snapshot(key).ok().and_then(|s| super::turn::restore::pending_inbox(&s));
+                !pending.is_some_and(|id| inbox.is_open(id))
+            });
+        }
         for (key, goal) in &found {
             let (channel, chat_id) = key.split_once(':').unwrap_or(("cli", key.as_str()));
             let mut message = InboundMessage::new(channel, "goal", chat_id, super::goals::resume_message(goal));
@@ -193,8 +234,7 @@ impl AgentLoop {
             if self.core.active.get(&key).is_some() {
                 continue;
             }
-            let lock = self.lock_for(&key);
-            let Ok(_serial) = lock.try_lock() else { continue };
+            let Some(_serial) = self.core.locks.try_lock(&key) else { continue };
             let Ok(mut session) = self.core.sessions.load(&key) else { continue };
             if self.core.auto_compact.is_expired(&session) {
                 let (channel, chat_id) = key.split_once(':').unwrap_or(("", key.as_str()));
@@ -215,8 +255,7 @@ impl AgentLoop {
     /// Token consolidation after a turn, off the reply path, under the
     /// session lock so it never races the next turn.
     async fn consolidate_in_background(&self, key: String, channel: String, chat_id: String) {
-        let lock = self.lock_for(&key);
-        let _serial = lock.lock().await;
+        let _serial = self.core.locks.lock(&key).await;
         let Ok(mut session) = self.core.sessions.load(&key) else { return };
         let prompt = self.core.system_prompt(&channel, &chat_id, &key, crate::compact::last_summary(&session));
         let overhead = crate::compact::prompt_overhead(&prompt, self.core.tools.definitions_tokens(), &crate::session::Message::user(""));
@@ -230,10 +269,6 @@ impl AgentLoop {
             Err(e) => tracing::warn!(session = %key, "background consolidation failed: {e}"),
         }
         self.core.sessions.release(session);
-    }
-
-    fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks.lock().expect("locks").entry(key.to_string()).or_default().clone()
     }
 
     fn accept(&self, message: InboundMessage, tasks: &mut JoinSet<()>) {
@@ -258,7 +293,7 @@ impl AgentLoop {
                 Parsed::Known(_) => Some(BUSY_TEXT.to_string()),
             };
             if let Some(text) = inline {
-                self.core.bus.publish_outbound(OutboundMessage::reply(&message.channel, &message.chat_id, text));
+                self.answer_inline(&message, OutboundMessage::reply(&message.channel, &message.chat_id, text));
                 return;
             }
             // Queued for injection; a full queue falls back to a task that
@@ -297,7 +332,44 @@ impl AgentLoop {
                 Err(e) => format!("Status unavailable: {e}"),
             },
         };
-        self.core.bus.publish_outbound(OutboundMessage::reply(&message.channel, &message.chat_id, text));
+        self.answer_inline(message, OutboundMessage::reply(&message.channel, &message.chat_id, text));
+    }
+
+    /// Sends `reply` to a message answered without a turn (`/stop`,
+    /// `/status`, a command refused while a turn runs), its inbox row done
+    /// with it first.
+    fn answer_inline(&self, message: &InboundMessage, mut reply: OutboundMessage) {
+        if let Some(inbox_ref) = InboxRef::of(message) {
+            match self.record_done(inbox_ref, Some(&reply)) {
+                Some(ack) => reply.ack = ack,
+                None => return,
+            }
+        }
+        self.core.bus.publish_outbound(reply);
+    }
+
+    /// Marks `inbox_ref` done with `reply` (no turn, so no session to
+    /// stamp). `None` when it was answered already: send nothing. The ack
+    /// to attach when the reply needs a delivery mark otherwise.
+    fn record_done(&self, inbox_ref: InboxRef, reply: Option<&OutboundMessage>) -> Option<crate::bus::DeliveryAck> {
+        let Some(inbox) = self.core.bus.inbox() else { return Some(Default::default()) };
+        let needs_mark = reply.is_some_and(super::turn::commit::needs_delivery_mark);
+        match inbox.done(inbox_ref, &[], reply, !needs_mark) {
+            Ok(true) => Some(if needs_mark { super::turn::commit::delivery_ack(inbox, inbox_ref.id) } else { Default::default() }),
+            Ok(false) => None,
+            Err(e) => {
+                tracing::error!(inbox = inbox_ref.id, "reply sent without a durable record: {e}");
+                Some(Default::default())
+            }
+        }
+    }
+
+    /// Stops the running turn of `key` because the host is shutting down:
+    /// its checkpoint is kept and its inbox row stays open, so the next
+    /// start resumes it (not counted as a failed attempt).
+    pub fn stop_for_shutdown(&self, key: &str) -> bool {
+        self.shutting_down.store(true, Ordering::Release);
+        self.stop(key)
     }
 
     /// Cancels the running turn of `key` and its subagents; false when
@@ -324,8 +396,52 @@ impl AgentLoop {
     /// apology) and `TurnEnd` go back to the message's chat.
     pub async fn dispatch(&self, message: InboundMessage) {
         let responder = BusResponder::new(self.core.bus.clone(), &message, self.core.settings.stream);
+        let inbox_ref = InboxRef::of(&message);
+        let apology = BusResponder::apology_for(&message);
+        #[cfg(feature = "test-support")]
+        let text = message.content.clone();
         let outcome = self.process(message, responder.clone()).await;
-        responder.finish(&outcome);
+        let Some(ack) = self.settle(inbox_ref, &outcome, apology) else { return responder.turn_end() };
+        // Committed, not yet handed to delivery.
+        crate::crash_point!("committed", &text);
+        responder.finish_with(&outcome, ack);
+    }
+
+    /// Records how the turn of `inbox_ref` ended, when the turn itself did
+    /// not (it commits a `Done` outcome): a failure is done with its
+    /// apology, a stop by the user done unanswered, a stop by shutdown
+    /// handed over to the next start. `None` when the row was answered
+    /// already (send nothing); else the ack for a failure's apology.
+    fn settle(&self, inbox_ref: Option<InboxRef>, outcome: &TurnOutcome, apology: impl Fn(&super::turn::TurnError) -> OutboundMessage) -> Option<crate::bus::DeliveryAck> {
+        let Some(inbox_ref) = inbox_ref else { return Some(Default::default()) };
+        match outcome {
+            // Committed by the turn (`turn::commit`), ack attached.
+            TurnOutcome::Done(_) => Some(Default::default()),
+            TurnOutcome::Failed(e) => self.record_done(inbox_ref, Some(&apology(e))),
+            TurnOutcome::Cancelled if self.shutting_down.load(Ordering::Acquire) => {
+                if let Some(inbox) = self.core.bus.inbox()
+                    && let Err(e) = inbox.handoff(inbox_ref)
+                {
+                    tracing::warn!(inbox = inbox_ref.id, "handoff not recorded: {e}");
+                }
+                Some(Default::default())
+            }
+            TurnOutcome::Cancelled => {
+                self.record_done(inbox_ref, None);
+                Some(Default::default())
+            }
+        }
+    }
+
+    /// [`AgentLoop::process`] for a message taken from the bus by a front end
+    /// that shows the outcome itself (the terminal): its inbox row is
+    /// settled as [`AgentLoop::dispatch`] settles it.
+    pub async fn process_accepted(&self, message: InboundMessage, sink: Arc<dyn TurnSink>) -> TurnOutcome {
+        let inbox_ref = InboxRef::of(&message);
+        let apology = BusResponder::apology_for(&message);
+        let outcome = self.process(message, sink).await;
+        self.settle(inbox_ref, &outcome, apology);
+        outcome
     }
 
     /// Builds the inbound message for `content` and runs the same turn under
@@ -335,7 +451,18 @@ impl AgentLoop {
         let (channel, chat_id) = session_key.split_once(':').unwrap_or(("cli", session_key));
         let mut message = InboundMessage::new(channel, "user", chat_id, content);
         message.session_key_override = Some(session_key.to_string());
-        self.process(message, sink).await
+        // On a durable bus (the interactive `chitin agent`) the message is
+        // accepted like any other, so a restart finishes it.
+        if let Some(inbox) = self.core.bus.inbox()
+            && let Err(e) = inbox.accept(&mut message, None)
+        {
+            tracing::error!(session = %session_key, "message handled without a durable record: {e}");
+        }
+        let inbox_ref = InboxRef::of(&message);
+        let apology = BusResponder::apology_for(&message);
+        let outcome = self.process(message, sink).await;
+        self.settle(inbox_ref, &outcome, apology);
+        outcome
     }
 
     /// Runs an internal turn (nanobot's `process_direct(..., ephemeral=True)`,
@@ -382,12 +509,29 @@ impl AgentLoop {
     /// internal run with those tools and limits.
     async fn process_scoped(&self, message: InboundMessage, sink: Arc<dyn TurnSink>, scope: Option<RunScope>) -> TurnOutcome {
         let key = message.session_key();
-        let lock = self.lock_for(&key);
-        let serial = lock.lock().await;
+        let serial = self.core.locks.lock(&key).await;
         let _permit = match &self.semaphore {
             Some(s) => Some(s.clone().acquire_owned().await.expect("the semaphore is never closed")),
             None => None,
         };
+        let inbox_ref = InboxRef::of(&message).filter(|_| scope.is_none());
+        if let (Some(inbox_ref), Some(inbox)) = (inbox_ref, self.core.bus.inbox()) {
+            match inbox.start(inbox_ref) {
+                // Answered already (a duplicate delivery of the message).
+                Ok(None) => {
+                    tracing::info!(session = %key, inbox = inbox_ref.id, "message already answered; not run again");
+                    return TurnOutcome::Cancelled;
+                }
+                Ok(Some(attempts)) if attempts > MAX_ATTEMPTS => {
+                    tracing::error!(session = %key, inbox = inbox_ref.id, attempts, "poison message: answered with a failure, not run again");
+                    let error = super::turn::TurnError::Poison { attempts: attempts - 1 };
+                    self.close_poisoned(&key, &BusResponder::apology_for(&message)(&error).content);
+                    return TurnOutcome::Failed(error);
+                }
+                Ok(Some(_)) => {}
+                Err(e) => tracing::error!(session = %key, inbox = inbox_ref.id, "turn start not recorded: {e}"),
+            }
+        }
         let mut pending = PendingQueue::new(self.core.settings.pending_queue_size.max(1));
         let keep_alive = std::time::Duration::from_secs(self.core.settings.subagents.keep_alive_secs);
         if let Some(manager) = self.core.services.subagents().filter(|_| !keep_alive.is_zero()) {
@@ -408,20 +552,26 @@ impl AgentLoop {
         }
         let outcome = tokio::select! {
             result = turn::drive(&self.core, &mut ctx) => match result {
-                Ok(()) => {
-                    // An ephemeral session is thrown away, not cached: its
-                    // key is never used again.
-                    if let Some(session) = ctx.session.take().filter(|_| !ctx.ephemeral) {
-                        self.core.sessions.release(session);
+                Ok(()) => match super::turn::commit::run(&self.core, &mut ctx) {
+                    Ok(()) => {
+                        // An ephemeral session is thrown away, not cached: its
+                        // key is never used again.
+                        if let Some(session) = ctx.session.take().filter(|_| !ctx.ephemeral) {
+                            self.core.sessions.release(session);
+                        }
+                        if ctx.consolidate_after {
+                            let this = self.clone();
+                            let (channel, chat_id) = (ctx.inbound.channel.clone(), ctx.inbound.chat_id.clone());
+                            let key = key.clone();
+                            self.core.tasks.spawn(async move { this.consolidate_in_background(key, channel, chat_id).await });
+                        }
+                        TurnOutcome::Done(Box::new(ctx))
                     }
-                    if ctx.consolidate_after {
-                        let this = self.clone();
-                        let (channel, chat_id) = (ctx.inbound.channel.clone(), ctx.inbound.chat_id.clone());
-                        let key = key.clone();
-                        tokio::spawn(async move { this.consolidate_in_background(key, channel, chat_id).await });
+                    Err(e) => {
+                        tracing::error!(session = %key, "turn not committed: {e}");
+                        TurnOutcome::Failed(e)
                     }
-                    TurnOutcome::Done(Box::new(ctx))
-                }
+                },
                 Err(e) => {
                     tracing::error!(session = %key, "turn failed: {e}");
                     TurnOutcome::Failed(e)
@@ -430,7 +580,10 @@ impl AgentLoop {
             _ = active.cancel.cancelled() => {
                 let ephemeral = ctx.ephemeral;
                 drop(ctx);
-                if !ephemeral {
+                // Stopped by a shutdown, a turn with an inbox row stays as
+                // its checkpoint left it: the next start resumes it.
+                let handed_over = inbox_ref.is_some() && self.shutting_down.load(Ordering::Acquire);
+                if !ephemeral && !handed_over {
                     self.restore_after_cancel(&key);
                 }
                 TurnOutcome::Cancelled
@@ -444,6 +597,10 @@ impl AgentLoop {
             self.core.bus.publish_inbound(leftover);
         }
         match outcome {
+            TurnOutcome::Done(ctx) if ctx.follow_up == Some(FollowUp::Archive) => {
+                super::archives::spawn(&self.core, &key);
+                TurnOutcome::Done(ctx)
+            }
             TurnOutcome::Done(mut ctx) if ctx.follow_up == Some(FollowUp::Dream) => {
                 // A run takes a while: the chat hears at once that it started.
                 ctx.sink.notice(super::dream::DREAMING);
@@ -455,6 +612,27 @@ impl AgentLoop {
                 TurnOutcome::Done(ctx)
             }
             other => other,
+        }
+    }
+
+    /// Before a poison message is answered with a failure: its session is
+    /// closed (finished tool steps kept, unfinished calls answered as
+    /// interrupted) and the failure stored as the turn's answer, so the
+    /// next message starts clean and the history shows what the user got.
+    fn close_poisoned(&self, key: &str, answer: &str) {
+        let closed = self.core.sessions.load(key).and_then(|mut session| {
+            super::turn::resume_checkpoint(&mut session, |_| false);
+            if session.metadata.contains_key(crate::session::PENDING_USER_TURN) {
+                session.push(crate::session::Message::assistant(answer));
+            }
+            session.set_meta(crate::session::PENDING_USER_TURN, None);
+            session.set_meta(crate::session::PENDING_INBOX, None);
+            self.core.sessions.save(&mut session)?;
+            self.core.sessions.release(session);
+            Ok(())
+        });
+        if let Err(e) = closed {
+            tracing::error!(session = %key, "could not close the session of a poison message: {e}");
         }
     }
 

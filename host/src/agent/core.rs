@@ -50,6 +50,15 @@ pub struct AgentCore {
     /// The chat a person last wrote from, persisted in the data dir (the
     /// heartbeat's default target survives a restart).
     pub last_chat: Arc<super::heartbeat::LastChat>,
+    /// One lock per session, shared by the loop, background work and the
+    /// gateway's API; pruned when idle.
+    pub locks: Arc<super::locks::KeyedLocks>,
+    /// Owns the work a turn leaves behind (consolidation, the `/new`
+    /// archive): the loop closes and awaits it at shutdown, so none of it
+    /// is dropped half-done.
+    pub tasks: tokio_util::task::TaskTracker,
+    /// Sessions whose `/new` archive is being written now.
+    pub archiving: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Archived history entries of a session shown in its system prompt.

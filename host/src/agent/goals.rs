@@ -272,6 +272,12 @@ pub fn resume_message(goal: &Goal) -> String {
 /// disk), as `(key, goal)`. Reads every stored session once; a session that
 /// cannot be read is logged and skipped.
 pub fn interrupted_goals(sessions: &dyn crate::session::SessionStore) -> Vec<(String, Goal)> {
+    interrupted_goals_and(sessions, |_| {})
+}
+
+/// [`interrupted_goals`], showing every session it reads to `each` too, so
+/// other start-up checks share its one pass over the store.
+pub fn interrupted_goals_and(sessions: &dyn crate::session::SessionStore, mut each: impl FnMut(&crate::session::Session)) -> Vec<(String, Goal)> {
     let keys = match sessions.list() {
         Ok(keys) => keys,
         Err(e) => {
@@ -283,6 +289,7 @@ pub fn interrupted_goals(sessions: &dyn crate::session::SessionStore) -> Vec<(St
     for key in keys {
         match sessions.load(&key) {
             Ok(session) => {
+                each(&session);
                 let interrupted = session.metadata.contains_key(crate::session::PENDING_USER_TURN)
                     || session.metadata.contains_key(crate::session::RUNTIME_CHECKPOINT);
                 if let Some(goal) = goal_of(&session).filter(|g| interrupted && g.is_active()) {

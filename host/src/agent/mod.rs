@@ -14,6 +14,7 @@
 pub mod active;
 pub mod attachments;
 pub mod agent_loop;
+pub mod archives;
 pub mod commands;
 pub mod context;
 pub mod dream;
@@ -21,6 +22,8 @@ pub mod dream_history;
 pub mod goals;
 pub mod heartbeat;
 pub mod images;
+pub mod locks;
+pub mod recovery;
 pub mod core;
 pub mod pending;
 pub mod responder;

@@ -136,6 +136,11 @@ pub fn user_message(inbound: &InboundMessage) -> Message {
     if !images.is_empty() {
         message = message.with_meta("media", images);
     }
+    // Its inbox row, so a restart can tell which turn a persisted message
+    // belongs to (`turn::commit::injected_ids`, RESTORE's resume).
+    if let Some(inbox) = crate::durable::InboxRef::of(inbound) {
+        message = message.with_meta(crate::durable::INBOX_ID, inbox.id);
+    }
     message
 }
 

@@ -18,9 +18,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::agent_loop::{APOLOGY, TurnOutcome};
+use super::agent_loop::{APOLOGY, POISON_TEXT, TurnOutcome};
+use super::turn::TurnError;
 use super::sink::{TurnSink, args_preview, tool_name};
-use crate::bus::{self, InboundMessage, MessageBus, OutboundKind, OutboundMessage};
+use crate::bus::{self, DeliveryAck, InboundMessage, MessageBus, OutboundKind, OutboundMessage};
 use crate::session::ToolCall;
 
 /// Publishes one turn's output on the bus.
@@ -67,6 +68,12 @@ impl BusResponder {
     /// was streamed), the apology of a failed turn, nothing for a stopped
     /// one; then `TurnEnd`.
     pub fn finish(&self, outcome: &TurnOutcome) {
+        self.finish_with(outcome, DeliveryAck::default());
+    }
+
+    /// [`BusResponder::finish`]; `ack` goes with a failed turn's apology
+    /// (a reply carries its own, from the turn's commit).
+    pub fn finish_with(&self, outcome: &TurnOutcome, ack: DeliveryAck) {
         match outcome {
             TurnOutcome::Done(ctx) => {
                 if let Some(reply) = &ctx.outbound {
@@ -77,14 +84,47 @@ impl BusResponder {
                 }
             }
             TurnOutcome::Cancelled => {}
-            TurnOutcome::Failed(_) => {
-                let mut metadata = Map::new();
-                metadata.insert(bus::TURN_FAILED.into(), Value::Bool(true));
-                self.publish(OutboundKind::Message { streamed: false }, APOLOGY, metadata);
+            TurnOutcome::Failed(e) => {
+                let mut apology = self.apology(e);
+                apology.ack = ack;
+                self.bus.publish_outbound(apology);
             }
         }
+        self.turn_end();
+    }
+
+    /// Only `TurnEnd` (a message answered already: nothing else to say).
+    pub fn turn_end(&self) {
         self.publish(OutboundKind::TurnEnd, "", Map::new());
     }
+
+    fn apology(&self, error: &TurnError) -> OutboundMessage {
+        apology_to(&self.channel, &self.chat_id, self.thread.as_ref(), error)
+    }
+
+    /// What [`BusResponder::finish`] will send for a failed turn of `to`,
+    /// computed before the turn runs, so the outbox records the very message
+    /// that is sent.
+    pub fn apology_for(to: &InboundMessage) -> impl Fn(&TurnError) -> OutboundMessage + use<> {
+        let (channel, chat_id) = to.reply_route();
+        let thread = to.metadata.get(bus::THREAD).cloned();
+        move |error: &TurnError| apology_to(&channel, &chat_id, thread.as_ref(), error)
+    }
+}
+
+/// The reply to a turn that failed with `error`: [`APOLOGY`], or for a
+/// poison message the reason it is not tried again.
+fn apology_to(channel: &str, chat_id: &str, thread: Option<&Value>, error: &TurnError) -> OutboundMessage {
+    let text = match error {
+        TurnError::Poison { attempts } => format!("{POISON_TEXT} (tried {attempts} times)"),
+        _ => APOLOGY.to_string(),
+    };
+    let mut apology = OutboundMessage::reply(channel, chat_id, text);
+    apology.metadata.insert(bus::TURN_FAILED.into(), Value::Bool(true));
+    if let Some(thread) = thread {
+        apology.metadata.insert(bus::THREAD.into(), thread.clone());
+    }
+    apology
 }
 
 impl TurnSink for BusResponder {

@@ -92,6 +92,9 @@ pub struct SubagentManager {
     active: Arc<ActiveTurns>,
     running: Mutex<HashMap<String, Running>>,
     next: AtomicU64,
+    /// The agent's task tracker: a subagent's run is one of its tasks, so
+    /// shutdown cancels and then awaits it instead of dropping it mid-run.
+    tasks: tokio_util::task::TaskTracker,
 }
 
 impl SubagentManager {
@@ -117,7 +120,20 @@ impl SubagentManager {
                 None => !NOT_FOR_SUBAGENTS.contains(&name) || (spawning && allow_spawn),
             }
         });
-        SubagentManager { settings, runner, tools, workspace, bus, active, running: Mutex::new(HashMap::new()), next: AtomicU64::new(1) }
+        SubagentManager { settings, runner, tools, workspace, bus, active, running: Mutex::new(HashMap::new()), next: AtomicU64::new(1), tasks: tokio_util::task::TaskTracker::new() }
+    }
+
+    /// Runs the subagents as tasks of `tasks` (the agent's tracker).
+    pub fn with_tasks(mut self, tasks: tokio_util::task::TaskTracker) -> Self {
+        self.tasks = tasks;
+        self
+    }
+
+    /// Cancels every running subagent (shutdown); returns how many.
+    pub fn cancel_all(&self) -> usize {
+        let running = self.running.lock().expect("subagents lock");
+        running.values().for_each(|r| r.cancel.cancel());
+        running.len()
     }
 
     /// The tools a subagent gets.
@@ -177,7 +193,7 @@ impl SubagentManager {
         let this = self.clone();
         let (run_cancel, wait) = (cancel.clone(), request.wait);
         let (run_id, run_label, run_task) = (id.clone(), label.clone(), task);
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             // However the task ends (even by a panic in the run), the
             // subagent leaves the table and frees its slot.
             let forget = Forget(this.clone(), run_id.clone());

@@ -847,6 +847,7 @@ async fn deliver_loop(
                         Ok(handle) => {
                             tracing::info!(channel = %name, chat = %message.chat_id, handle = %handle, "reply delivered (streamed)");
                             outbox.send_files(&mut rate, &message).await;
+                            message.ack.delivered();
                             continue;
                         }
                         // The reply must not be lost: send it whole.
@@ -859,8 +860,25 @@ async fn deliver_loop(
         if message.content.is_empty() && message.media.is_empty() {
             continue;
         }
-        outbox.deliver_reply(&mut rate, &message).await;
+        // A reply the platform took (or refused for good) is marked
+        // delivered; one given up on after the retries stays in the outbox,
+        // and the next start sends it again.
+        if outbox.deliver_reply(&mut rate, &message).await == Delivery::Settled {
+            message.ack.delivered();
+        } else if message.ack.is_set() {
+            tracing::warn!(channel = %name, chat = %message.chat_id, "reply kept in the outbox: the next start sends it again");
+        }
     }
+}
+
+/// How a delivery ended, for the outbox's delivered mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    /// The platform took it, or refused it for good (a fatal error: sending
+    /// it again would be refused again).
+    Settled,
+    /// Every retry failed (the platform was unreachable or kept failing).
+    GaveUp,
 }
 
 /// The thread or topic an outbound event belongs to.
@@ -899,11 +917,17 @@ impl Outbox {
     /// each file through `upload-request`, opened only right before its
     /// upload (so what is checked is what is sent, however long the text
     /// took); the files that could not be sent are named in one note after.
-    async fn deliver_reply(&self, rate: &mut RateLimit, message: &OutboundMessage) {
+    async fn deliver_reply(&self, rate: &mut RateLimit, message: &OutboundMessage) -> Delivery {
+        let mut outcome = Delivery::Settled;
         if !message.content.trim().is_empty() {
-            self.deliver_text(rate, message, message.content.clone(), message.reply_to.clone()).await;
+            outcome = self.deliver_text(rate, message, message.content.clone(), message.reply_to.clone()).await;
         }
-        self.send_files(rate, message).await;
+        // Files go only with their text: a text kept for the next start
+        // takes its files along then.
+        if outcome == Delivery::Settled {
+            self.send_files(rate, message).await;
+        }
+        outcome
     }
 
     /// Uploads the message's files one by one; those that fail are named in
@@ -932,7 +956,7 @@ impl Outbox {
 
     /// Sends `text` to the message's chat: the rate limit, then `deliver`
     /// with retries.
-    async fn deliver_text(&self, rate: &mut RateLimit, message: &OutboundMessage, text: String, reply_to: Option<String>) {
+    async fn deliver_text(&self, rate: &mut RateLimit, message: &OutboundMessage, text: String, reply_to: Option<String>) -> Delivery {
         let name = self.name.as_str();
         wait_for_rate(name, rate, &message.chat_id).await;
         let outgoing = Outgoing { chat_id: message.chat_id.clone(), thread: thread_of(message), text, reply_to, media: Vec::new() };
@@ -941,11 +965,11 @@ impl Outbox {
             match self.runtime.channel_deliver(&self.plugin, &outgoing).await {
                 Ok(ids) => {
                     tracing::info!(channel = %name, chat = %outgoing.chat_id, ids = ?ids, "reply delivered");
-                    break;
+                    return Delivery::Settled;
                 }
                 Err(PluginError::Channel { kind: ChannelFailure::Fatal, message, .. }) => {
                     tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery refused (fatal), reply dropped: {message}");
-                    break;
+                    return Delivery::Settled;
                 }
                 Err(e) if attempt < DELIVER_RETRIES.len() => {
                     tracing::warn!(channel = %name, chat = %outgoing.chat_id, "delivery failed, retrying in {:?}: {e}", DELIVER_RETRIES[attempt]);
@@ -953,8 +977,8 @@ impl Outbox {
                     attempt += 1;
                 }
                 Err(e) => {
-                    tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery failed {} times, reply dropped: {e}", attempt + 1);
-                    break;
+                    tracing::error!(channel = %name, chat = %outgoing.chat_id, "delivery failed {} times: {e}", attempt + 1);
+                    return Delivery::GaveUp;
                 }
             }
         }

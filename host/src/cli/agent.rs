@@ -132,7 +132,20 @@ pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow:
     let progress = Progress::new(args.progress);
     // `process_direct` sends its output to the sink; on the bus are only
     // what plugins sent through `messaging` (printed after each turn).
-    let core = Arc::new(app.agent_core(provider, Arc::new(MessageBus::new())));
+    // An interactive chat is durable (`chitin::durable`): a message it
+    // accepted is answered after a crash, at the next start. A one-shot is
+    // not: nobody would be there to read a late answer.
+    let bus = match &args.message {
+        Some(_) => Arc::new(MessageBus::new()),
+        None => match app.durable_bus() {
+            Ok(bus) => bus,
+            Err(e) => {
+                errln!("note: {}; this chat is not kept across crashes", for_terminal(&e.to_string()));
+                Arc::new(MessageBus::new())
+            }
+        },
+    };
+    let core = Arc::new(app.agent_core(provider, bus));
     // Here the only chat is the terminal.
     core.services.set_reachable(vec![args.session.split_once(':').map_or("cli", |(c, _)| c).to_string()]);
     let agent = AgentLoop::new(core);
@@ -191,7 +204,7 @@ async fn finish_subagents(agent: &AgentLoop, session: &str) -> anyhow::Result<()
             None => None,
         };
         let Some(message) = next else { break };
-        let outcome = agent.process(message, chitin::agent::sink::silent()).await;
+        let outcome = agent.process_accepted(message, chitin::agent::sink::silent()).await;
         print_sent_messages(bus)?;
         match outcome {
             TurnOutcome::Done(ctx) => {
@@ -249,6 +262,8 @@ async fn interactive(agent: &AgentLoop, progress: &Arc<Progress>, session: &str,
         false => None,
     };
     let late = tokio::spawn(late_results(agent.clone(), printer));
+    // What a crash left unanswered is queued now; `late_results` answers it.
+    agent.recover();
     errln!("chitin — session {}. Type /help for commands, `exit` to leave, Ctrl-C stops a running turn.", for_terminal(session));
     loop {
         let line = match editor.readline("you › ") {
@@ -292,7 +307,15 @@ async fn interactive(agent: &AgentLoop, progress: &Arc<Progress>, session: &str,
     }
     late.abort();
     let _ = editor.save_history(&history);
+    if let Some(manager) = agent.core().services.subagents() {
+        manager.cancel_all();
+    }
+    agent.core().tasks.close();
+    agent.core().tasks.wait().await;
     agent.core().sessions.sync().context("syncing the session")?;
+    if let Some(inbox) = agent.core().bus.inbox() {
+        inbox.sync().context("syncing the inbox")?;
+    }
     Ok(std::process::ExitCode::SUCCESS)
 }
 
@@ -304,7 +327,7 @@ async fn interactive(agent: &AgentLoop, progress: &Arc<Progress>, session: &str,
 /// not only when the user types again.
 async fn late_results(agent: AgentLoop, mut printer: Option<Box<dyn ExternalPrinter + Send>>) {
     while let Some(message) = agent.core().bus.consume_inbound().await {
-        let outcome = agent.process(message, chitin::agent::sink::silent()).await;
+        let outcome = agent.process_accepted(message, chitin::agent::sink::silent()).await;
         let text = match outcome {
             TurnOutcome::Done(ctx) => match ctx.outbound {
                 Some(reply) => format!("chitin › {}\n", for_terminal(&reply.content)),

@@ -163,7 +163,7 @@ impl Gateway {
         let mut limits = config.server_limits()?;
         let channels = channels(app)?;
         let provider = app.provider()?;
-        let bus = Arc::new(MessageBus::new());
+        let bus = app.durable_bus()?;
         let core = Arc::new(app.agent_core(provider, bus.clone()));
         // The `message` tool reaches the front ends and channels served here.
         let mut reachable: Vec<String> = vec![api::API_CHANNEL.into(), webchat::WEB_CHANNEL.into()];
@@ -219,11 +219,6 @@ impl Gateway {
         let agent = state.agent.clone();
         let router_task = tokio::spawn(state.router.clone().run(bus.clone()));
         let web_task = tokio::spawn(state.web.clone().run(state.router.route_channel(webchat::WEB_CHANNEL)));
-        let loop_stop = CancellationToken::new();
-        let loop_task = tokio::spawn({
-            let (agent, stop) = (agent.clone(), loop_stop.clone());
-            async move { agent.run(stop.cancelled_owned()).await }
-        });
         let channel_stop = CancellationToken::new();
         let channel_tasks: Vec<JoinHandle<()>> = channels
             .into_iter()
@@ -232,6 +227,13 @@ impl Gateway {
                 channel.start(ChannelContext { bus: bus.clone(), outbound, shutdown: channel_stop.clone(), webhooks: state.webhooks.clone() })
             })
             .collect();
+        // After the channels' routes exist: the loop's first act re-sends
+        // the replies a crash left undelivered (`AgentLoop::recover`).
+        let loop_stop = CancellationToken::new();
+        let loop_task = tokio::spawn({
+            let (agent, stop) = (agent.clone(), loop_stop.clone());
+            async move { agent.run(stop.cancelled_owned()).await }
+        });
         // Cron stops with the channels: both are intake.
         let cron_task = cron.map(|cron| tokio::spawn(cron.run(bus.clone(), agent.core().active.clone(), CRON_TICK, channel_stop.clone())));
         // Dream (memory consolidation) stops with the intake too.
@@ -253,7 +255,7 @@ impl Gateway {
             stopped.sort();
             stopped.dedup();
             for key in &stopped {
-                agent.stop(key);
+                agent.stop_for_shutdown(key);
             }
             if !state.in_flight.wait_idle(STOP_GRACE).await {
                 tracing::warn!("gateway: requests still open after stopping their turns; closing them");

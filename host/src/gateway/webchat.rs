@@ -130,6 +130,18 @@ impl WebChat {
         self.turns.lock().expect("webchat lock").entry(chat_id.to_string()).or_default().push(guard);
     }
 
+    /// Drops the guard [`WebChat::track`] pushed last for `chat_id` (its
+    /// message turned out to be a retry, with no turn of its own).
+    fn untrack_last(&self, chat_id: &str) {
+        let mut turns = self.turns.lock().expect("webchat lock");
+        if let Some(guards) = turns.get_mut(chat_id) {
+            guards.pop();
+            if guards.is_empty() {
+                turns.remove(chat_id);
+            }
+        }
+    }
+
     fn subscribe(&self, chat_id: &str) -> mpsc::UnboundedReceiver<Bytes> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut streams = self.streams.lock().expect("webchat lock");
@@ -196,13 +208,25 @@ pub async fn handle(state: Arc<ApiState>, request: Request<Incoming>) -> Result<
             if body.text.trim().is_empty() {
                 return Err(ApiError::invalid("text", "`text` must not be empty"));
             }
-            let inbound = InboundMessage::new(WEB_CHANNEL, WEB_CHANNEL, id, body.text).from_client();
+            let mut inbound = InboundMessage::new(WEB_CHANNEL, WEB_CHANNEL, id, body.text).from_client();
+            // The page's message id makes a retried send (the connection
+            // broke before the answer came) the same message: the inbox
+            // recognises it and it is answered once.
+            if let Some(message_id) = &body.id {
+                let message_id = valid_id("id", message_id)?;
+                inbound.metadata.insert("event_id".into(), Value::from(format!("{id}:{message_id}")));
+            }
             // `/stop` and `/status` are answered without a turn (no `TurnEnd`).
-            if !commands::is_priority(&inbound.content) {
+            let tracked = !commands::is_priority(&inbound.content);
+            if tracked {
                 state.web.track(id, state.in_flight.enter(&inbound.session_key()));
             }
-            state.agent.core().bus.publish_inbound(inbound);
-            Ok(json(StatusCode::ACCEPTED, &json!({"queued": true})))
+            let queued = state.agent.core().bus.publish_inbound(inbound);
+            if !queued && tracked {
+                // A retry of a message accepted before: no turn of its own.
+                state.web.untrack_last(id);
+            }
+            Ok(json(StatusCode::ACCEPTED, &json!({"queued": queued})))
         }
         (&Method::POST, "/chat/stop") => {
             let body: StopBody = json_body(&state, request).await?;
@@ -218,6 +242,10 @@ pub async fn handle(state: Arc<ApiState>, request: Request<Incoming>) -> Result<
 struct SendBody {
     session: String,
     text: String,
+    /// The page's id of this message (optional): a retry with the same id
+    /// is recognised as the same message.
+    #[serde(default)]
+    id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -233,8 +261,14 @@ async fn json_body<T: serde::de::DeserializeOwned>(state: &ApiState, request: Re
 /// A session id as the page makes them; anything else is refused, so an id
 /// can never reach into another channel's sessions or a file name.
 fn session_id(id: &str) -> Result<&str, ApiError> {
+    valid_id("session", id)
+}
+
+/// An id the page makes (a session's, a message's): 1 to
+/// [`MAX_SESSION_ID`] of `[A-Za-z0-9_-]`; `field` names it in the error.
+fn valid_id<'a>(field: &str, id: &'a str) -> Result<&'a str, ApiError> {
     let valid = !id.is_empty() && id.len() <= MAX_SESSION_ID && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if valid { Ok(id) } else { Err(ApiError::invalid("session", format!("a session id is 1 to {MAX_SESSION_ID} of [A-Za-z0-9_-]"))) }
+    if valid { Ok(id) } else { Err(ApiError::invalid(field, format!("a {field} id is 1 to {MAX_SESSION_ID} of [A-Za-z0-9_-]"))) }
 }
 
 fn session_param(query: &str) -> Result<String, ApiError> {

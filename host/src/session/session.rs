@@ -15,6 +15,21 @@ pub const PENDING_USER_TURN: &str = "pending_user_turn";
 /// Metadata key: the runner's last checkpoint (see `agent::checkpoint`).
 pub const RUNTIME_CHECKPOINT: &str = "runtime_checkpoint";
 
+/// Metadata key: the inbox id (`crate::durable::InboxRef`) of the user
+/// message persisted by the running turn (set with [`PENDING_USER_TURN`]).
+/// A restart that finds it still open resumes that turn from its checkpoint.
+pub const PENDING_INBOX: &str = "pending_inbox";
+
+/// Metadata key: `{id, also, reply}` of the last turn committed with an inbox
+/// row, stamped in the same save as its messages. If the process dies before
+/// the row is marked done, the restart finishes it from here (one reply, the
+/// turn not run again).
+pub const ANSWERED_INBOX: &str = "answered_inbox";
+
+/// Metadata key: tails cleared by `/new` whose archive is not written yet,
+/// `[{cursor, at, messages}]`; removed once archived (also after a crash).
+pub const PENDING_ARCHIVES: &str = "pending_archives";
+
 /// Metadata key: tokens of the last prompt sent (shown by `/status`).
 pub const LAST_PROMPT_TOKENS: &str = "last_prompt_tokens";
 
@@ -72,6 +87,7 @@ impl Session {
         self.messages.clear();
         self.last_consolidated = 0;
         self.metadata.remove(PENDING_USER_TURN);
+        self.metadata.remove(PENDING_INBOX);
         self.metadata.remove(RUNTIME_CHECKPOINT);
         self.needs_rewrite = true;
         self.updated_at = Utc::now();

@@ -60,6 +60,13 @@ pub trait SessionStore: Send + Sync {
     fn list(&self) -> Result<Vec<String>, SessionError>;
     /// Flushes files to stable storage (called at shutdown).
     fn sync(&self) -> Result<(), SessionError>;
+    /// Persists the end of a turn: the session, and (in a store that holds
+    /// the inbox too, SCALE_OUT §9) the inbox row done with its reply in the
+    /// same transaction. The JSONL store holds sessions only: a plain save;
+    /// `AgentCore::commit_turn` writes the row to the durable inbox after it.
+    fn commit_turn(&self, session: &mut Session, _inbox: Option<crate::durable::InboxRef>, _reply: Option<&crate::bus::OutboundMessage>) -> Result<(), SessionError> {
+        self.save(session)
+    }
 }
 
 #[derive(Deserialize)]

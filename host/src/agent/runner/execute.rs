@@ -104,6 +104,8 @@ async fn run_one(spec: &AgentRunSpec, call: &ToolCall, refusal: Option<String>) 
         Some(refusal) => (refusal, false),
         None => {
             let ctx = crate::plugins::CallContext { call_id: call.id.clone(), ..spec.call_context.clone() };
+            // A crash while the tool runs (the match is on the tool's name).
+            crate::crash_point!("tool", name);
             let args = Value::String(call.function.arguments.clone());
             match spec.tools.call(name, &args, &ctx, Some(progress_to_sink(spec, call))).await {
                 Ok(text) => (save_if_oversized(spec, call, text), true),

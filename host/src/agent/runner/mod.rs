@@ -162,6 +162,15 @@ impl AgentRunner {
         self.finalize_at_limit(run).await
     }
 
+    /// Runs `calls` again after a restart (read-only calls that were in
+    /// flight when the process died; RESTORE picked them), with the run's
+    /// guards and sink, and returns one tool result per call, in order.
+    pub async fn rerun_calls(&self, spec: &AgentRunSpec, calls: &[ToolCall]) -> Vec<Message> {
+        let refusals: Vec<Option<String>> = calls.iter().map(|_| None).collect();
+        let outcomes = run_calls(spec, calls, refusals, &mut Guards::default()).await;
+        calls.iter().zip(outcomes).map(|(call, outcome)| Message::tool_result(&call.id, &call.function.name, outcome.text)).collect()
+    }
+
     /// One model request over the governed copy of the conversation.
     async fn request(&self, run: &mut Run<'_>, with_tools: bool) -> ChatResponse {
         self.request_with(run, with_tools, &[]).await

@@ -8,7 +8,7 @@ use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::core::AgentCore;
 use crate::agent::pending::user_message;
 use crate::compact::PromptOverhead;
-use crate::session::{LAST_PROMPT_TOKENS, LAST_PROMPT_TOKENS_BOUND, Message, PENDING_USER_TURN};
+use crate::session::{ANSWERED_INBOX, LAST_PROMPT_TOKENS, LAST_PROMPT_TOKENS_BOUND, Message, PENDING_INBOX, PENDING_USER_TURN, Role};
 use crate::tokens::{Counted, estimate_message, message_bound};
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
@@ -19,6 +19,9 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     let mut system_prompt = core.system_prompt(&channel, &chat_id, &key, summary.clone());
     let overhead = PromptOverhead::new(&system_prompt, ctx.tools(core), &current);
 
+    if ctx.resume {
+        return resume(core, ctx, system_prompt, overhead, budget);
+    }
     let ephemeral = ctx.ephemeral;
     let session = ctx.session_mut()?;
     // An ephemeral turn archives nothing: consolidation would append to
@@ -48,16 +51,56 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     crate::agent::images::attach(&mut shown, &core.media_root, core.settings.max_image_kb.saturating_mul(1024) as u64);
     ctx.initial_messages = core.context.build_messages(system_prompt, ctx.history.clone(), shown);
 
-    let session = ctx.session_mut()?;
+    let inbox = ctx.inbox;
+    let session = ctx.session.as_mut().ok_or(TurnError::Missing { turn: ctx.session_key.clone(), state: ctx.state, missing: "a session" })?;
     session.set_meta(LAST_PROMPT_TOKENS, Some(Value::from(prompt_tokens.value)));
     session.set_meta(LAST_PROMPT_TOKENS_BOUND, prompt_tokens.bound_only.then_some(Value::Bool(true)));
     if !ephemeral {
         // Persisted before the model is called: a crash mid-run must not
-        // lose what the user said (RESTORE answers it as interrupted).
+        // lose what the user said. With an inbox row the restart resumes
+        // the turn from here (RESTORE); without, it answers it as
+        // interrupted.
         session.push(current);
         session.set_meta(PENDING_USER_TURN, Some(Value::Bool(true)));
+        session.set_meta(PENDING_INBOX, inbox.map(|r| Value::from(r.id)));
+        session.set_meta(ANSWERED_INBOX, None);
         core.sessions.save(session)?;
+        crate::crash_point!("build", &ctx.inbound.content);
     }
+    ctx.prompt_overhead = Some(overhead);
+    Ok(TurnEvent::Ok)
+}
+
+/// BUILD of a resumed turn: the user message and what the dead process's
+/// run did are the session's tail already; the prompt is rebuilt around
+/// them (nothing is persisted again, no consolidation runs mid-turn).
+fn resume(core: &AgentCore, ctx: &mut TurnContext, mut system_prompt: String, overhead: PromptOverhead, budget: usize) -> Result<TurnEvent, TurnError> {
+    let id = ctx.inbox.map(|r| r.id);
+    let (turn, state) = (ctx.session_key.clone(), ctx.state);
+    let session = ctx.session.as_mut().ok_or(TurnError::Missing { turn: turn.clone(), state, missing: "a session" })?;
+    let tagged = |m: &Message| m.role == Role::User && m.meta.get(crate::durable::INBOX_ID).and_then(Value::as_u64) == id;
+    let Some(start) = session.messages.iter().rposition(tagged) else {
+        return Err(TurnError::Missing { turn, state, missing: "the resumed turn's user message" });
+    };
+    let tail: Vec<Message> = session.messages[start..].to_vec();
+    if let Some(goal) = crate::agent::goals::goal_of(session).filter(|g| g.is_active()) {
+        system_prompt.push_str(&crate::agent::goals::prompt_block(&goal));
+    }
+    let mut history = session.get_history_bounded(core.settings.history_max_messages, budget, &message_bound, &estimate_message);
+    // History is a suffix of the session: cut it where the turn starts.
+    match history.iter().rposition(tagged) {
+        Some(at) => history.truncate(at),
+        None => history.clear(),
+    }
+    let prompt_tokens = prompt_tokens(&overhead, &history);
+    session.set_meta(LAST_PROMPT_TOKENS, Some(Value::from(prompt_tokens.value)));
+    session.set_meta(LAST_PROMPT_TOKENS_BOUND, prompt_tokens.bound_only.then_some(Value::Bool(true)));
+    let mut shown = tail[0].clone();
+    crate::agent::images::attach(&mut shown, &core.media_root, core.settings.max_image_kb.saturating_mul(1024) as u64);
+    let mut initial = core.context.build_messages(system_prompt, history.clone(), shown);
+    initial.extend(tail[1..].iter().cloned());
+    ctx.history = history;
+    ctx.initial_messages = initial;
     ctx.prompt_overhead = Some(overhead);
     Ok(TurnEvent::Ok)
 }

@@ -14,6 +14,10 @@ use crate::session::{COMMAND_MARKER, Message};
 pub const NEW_SESSION_TEXT: &str = "Started a new conversation. The previous one is archived.";
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+    // A resumed turn passed COMMAND before its process died.
+    if ctx.resume {
+        return Ok(TurnEvent::Dispatch);
+    }
     // A SYSTEM turn (a subagent's result) is never a command. The session
     // takes each result once: a second delivery ends here, unanswered.
     if ctx.inbound.channel == crate::bus::SYSTEM_CHANNEL {
@@ -79,21 +83,18 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         },
         Parsed::Known(Command::New) => {
             let ephemeral = ctx.ephemeral;
-            let key = ctx.session_key.clone();
             let session = ctx.session_mut()?;
             let tail: Vec<Message> = session.recent().iter().filter(|m| !m.is_command()).cloned().collect();
             let cursor = session.messages.len();
             session.clear();
             if !ephemeral {
+                // The cleared tail stays in the session until the archive
+                // has it (`agent::archives`): the same save clears and keeps
+                // it, so no crash loses the conversation from both.
+                crate::agent::archives::push(session, tail, cursor);
                 core.sessions.save(session)?;
-                // The cleared tail goes to the archive in the background: the
-                // user gets the new conversation at once.
-                let summariser = core.consolidator.summariser().clone();
-                tokio::spawn(async move {
-                    if let Err(e) = summariser.archive_chunk(&key, &tail, cursor, "", chrono::Utc::now()).await {
-                        tracing::warn!(session = %key, "archiving the cleared conversation failed: {e}");
-                    }
-                });
+                crate::crash_point!("new", &ctx.inbound.content);
+                ctx.follow_up = Some(super::FollowUp::Archive);
             }
             ctx.outbound = Some(OutboundMessage::reply(&ctx.inbound.channel, &ctx.inbound.chat_id, NEW_SESSION_TEXT));
             return Ok(TurnEvent::Shortcut);

@@ -9,9 +9,10 @@
 
 mod build;
 mod command;
+pub(crate) mod commit;
 mod compact;
 mod respond;
-mod restore;
+pub(crate) mod restore;
 mod run;
 mod save;
 
@@ -29,7 +30,7 @@ use crate::compact::PromptOverhead;
 use super::sink::TurnSink;
 use crate::session::{Message, Session, SessionError};
 
-pub use restore::materialize_checkpoint;
+pub use restore::{INTERRUPTED_ON_RESUME, materialize_checkpoint, resume_checkpoint};
 
 /// A state of a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -105,6 +106,10 @@ pub enum TurnError {
     /// A state needed something an earlier state should have set.
     #[error("turn {turn}: state {state:?} ran without {missing}")]
     Missing { turn: String, state: TurnState, missing: &'static str },
+    /// The message was tried this many times, each time ending its process
+    /// (a *poison* message): it is answered with a failure, not run again.
+    #[error("this message was tried {attempts} times and each attempt stopped the host before it finished")]
+    Poison { attempts: u32 },
 }
 
 /// The working state of one turn. Only the turn's data: shared services are
@@ -170,6 +175,17 @@ pub struct TurnContext {
     pub consolidate_after: bool,
     /// The run's token usage (SAVE → RESPOND).
     pub usage: Option<crate::provider::Usage>,
+    /// The durable inbox row this turn answers (`crate::durable`).
+    pub inbox: Option<crate::durable::InboxRef>,
+    /// The turn resumes one a dead process left unfinished: its user
+    /// message is in the session already (RESTORE → BUILD, COMMAND skipped).
+    pub resume: bool,
+    /// Read-only calls that were in flight at the crash, to run again
+    /// before the model is asked (RESTORE → RUN).
+    pub rerun_calls: Vec<crate::session::ToolCall>,
+    /// The final answer the dead process had already checkpointed: RUN
+    /// takes it instead of asking the model again (RESTORE → RUN).
+    pub resumed_answer: Option<String>,
 }
 
 /// What a command asks of the loop after its turn (see `AgentLoop::process`).
@@ -177,6 +193,9 @@ pub struct TurnContext {
 pub enum FollowUp {
     /// `/dream`: run Dream; its report is the turn's reply.
     Dream,
+    /// `/new`: archive the cleared tail (`agent::archives`), owned by the
+    /// agent's task tracker.
+    Archive,
 }
 
 /// The tools and iteration limit of an internal run, in place of the
@@ -208,6 +227,7 @@ impl TurnContext {
     pub fn new(inbound: InboundMessage) -> Self {
         // An inbound message that brings its own history is a one-off.
         let ephemeral = inbound.metadata.contains_key(crate::bus::EPHEMERAL_HISTORY);
+        let inbox = crate::durable::InboxRef::of(&inbound);
         TurnContext {
             session_key: inbound.session_key(),
             inbound,
@@ -236,6 +256,10 @@ impl TurnContext {
             prompt_overhead: None,
             consolidate_after: false,
             usage: None,
+            inbox,
+            resume: false,
+            rerun_calls: Vec::new(),
+            resumed_answer: None,
         }
     }
 

@@ -21,6 +21,23 @@ use crate::plugins::CallContext;
 use crate::session::{RUNTIME_CHECKPOINT, Session, SessionStore, ToolCall};
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+    if let Some(answer) = ctx.resumed_answer.take() {
+        // A resumed turn whose answer the dead process had checkpointed:
+        // the session holds it; SAVE and RESPOND finish the turn.
+        ctx.final_content = Some(answer.clone());
+        ctx.stop_reason = Some(crate::agent::runner::StopReason::Completed);
+        ctx.run_result = Some(crate::agent::runner::AgentRunResult {
+            final_content: Some(answer),
+            messages: ctx.initial_messages.clone(),
+            tools_used: Vec::new(),
+            usage: Default::default(),
+            stop_reason: crate::agent::runner::StopReason::Completed,
+            error: None,
+            tool_events: Vec::new(),
+            had_injections: false,
+        });
+        return Ok(TurnEvent::Ok);
+    }
     let session = ctx.session.take().ok_or(TurnError::Missing { turn: ctx.session_key.clone(), state: ctx.state, missing: "a session" })?;
     // The goal lives in the turn's slot while it runs (the `goals`
     // interface changes it there); each checkpoint and the end of the run
@@ -43,7 +60,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
             }
         }) as Arc<dyn Fn(&CheckpointView<'_>) + Send + Sync>
     });
-    let spec = AgentRunSpec {
+    let mut spec = AgentRunSpec {
         initial_messages: ctx.initial_messages.clone(),
         tools: ctx.tools(core),
         model: core.settings.model_handle(),
@@ -64,6 +81,21 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         fail_on_tool_error: false,
         goal: Some(Arc::new(TurnGoal::new(slot.clone(), std::time::Duration::from_secs(core.settings.goal_budget_secs))) as Arc<dyn GoalDriver>),
     };
+    if !ctx.rerun_calls.is_empty() {
+        // Read-only calls the dead process had in flight: run again, so the
+        // model gets their results, not an "interrupted".
+        let results = core.runner.rerun_calls(&spec, &ctx.rerun_calls).await;
+        let mut guard = shared.lock().expect("session lock");
+        append_run_messages(&mut guard.0, results.iter().cloned(), core.settings.max_tool_result_chars);
+        if let Err(e) = core.sessions.save(&mut guard.0) {
+            tracing::warn!(session = %ctx.session_key, "re-run tool results not saved: {e}");
+        }
+        drop(guard);
+        spec.initial_messages.extend(results.iter().cloned());
+        ctx.initial_messages.extend(results);
+        ctx.rerun_calls.clear();
+    }
+    crate::crash_point!("model", &ctx.inbound.content);
     let result = core.runner.run(&spec).await;
     drop(spec);
     let (session, writer) = match Arc::try_unwrap(shared) {

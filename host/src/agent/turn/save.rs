@@ -25,7 +25,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     }
     ctx.usage = Some(result.usage);
     let limit = core.settings.max_tool_result_chars;
-    let (ephemeral, overhead) = (ctx.ephemeral, ctx.prompt_overhead.take());
+    let (ephemeral, overhead, has_inbox) = (ctx.ephemeral, ctx.prompt_overhead.take(), ctx.inbox.is_some() && core.bus.inbox().is_some());
     let session = ctx.session_mut()?;
     append_run_messages(session, added, limit);
     session.set_meta(PENDING_USER_TURN, None);
@@ -37,7 +37,9 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         "completion_tokens": total("completion_tokens") + result.usage.completion_tokens,
     });
     session.set_meta("usage", Some(usage));
-    if !ephemeral {
+    // With an inbox row, the save is the commit's (`commit::run`), with the
+    // reply stamped in: one write per turn, not two.
+    if !ephemeral && !has_inbox {
         core.sessions.save(session)?;
     }
     let needs = overhead.is_some_and(|overhead| core.consolidator.needs_consolidation(session, &overhead));

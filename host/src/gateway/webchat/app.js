@@ -981,11 +981,23 @@
     if (text.trim() === '/stop') return stop();
     addMessage('user', text);
     setBusy(true);
-    try {
-      await api('POST', '/chat/send', { session: state.session, text });
-    } catch (e) {
-      addNotice('Not sent: ' + e.message);
-      setBusy(false);
+    // One id per message: when the connection breaks before the answer
+    // (the gateway restarting), the send is tried again with the same id
+    // and the gateway takes it once, whether or not the first got through.
+    const body = { session: state.session, text, id: newId() };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await api('POST', '/chat/send', body);
+        return;
+      } catch (e) {
+        const network = e instanceof TypeError; // fetch failed, no HTTP answer
+        if (!network || attempt >= 5) {
+          addNotice('Not sent: ' + e.message);
+          setBusy(false);
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 500 * (attempt + 1)));
+      }
     }
   }
 
