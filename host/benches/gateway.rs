@@ -33,12 +33,18 @@ fn main() {
         let mock = tool_mock();
         let home = tempfile::tempdir().unwrap();
         let config = format!(
-            "[agent]\nmodel = \"bench\"\nstream = false\nmax_concurrent_turns = 0\n[providers.openai]\nbase_url = \"{}\"\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"{TOKEN}\"\n",
+            "[agent]\nmodel = \"bench\"\nstream = false\nmax_concurrent_turns = 0\n[providers.openai]\nbase_url = \"{}\"\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"{TOKEN}\"\nmax_connections = 4096\nmax_connections_per_address = 4096\n",
             mock.base_url()
         );
         std::fs::write(home.path().join("config.toml"), config).unwrap();
         let (mut child, base, last_line) = start_gateway(home.path());
-        let client = reqwest::Client::builder().pool_idle_timeout(None).build().unwrap();
+        // 1 000 clients on one address: the per-address connection cap
+        // (32 by default) is raised in the config above, else the gateway
+        // turns most of them away. Idle connections are dropped after 5 s, below the gateway's 10 s
+        // keep-alive limit (`header_timeout_secs`), where hyper answers an
+        // idle connection with an unasked-for 408: a client that reuses
+        // such a connection fails its request (hyper: "UnexpectedMessage").
+        let client = reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(5)).build().unwrap();
         // Warm up: the first call compiles the fs plugin into the cache.
         turns(&client, &base, 1, 1, "warm").await;
 
@@ -89,14 +95,14 @@ async fn compare_with_baseline(mock: &MockLlm, baseline: &std::path::Path) {
     for bin in [&ours, &baseline.to_path_buf()] {
         let home = tempfile::tempdir().unwrap();
         let config = format!(
-            "[agent]\nmodel = \"bench\"\nstream = false\nmax_concurrent_turns = 0\n[providers.openai]\nbase_url = \"{}\"\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"{TOKEN}\"\n",
+            "[agent]\nmodel = \"bench\"\nstream = false\nmax_concurrent_turns = 0\n[providers.openai]\nbase_url = \"{}\"\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"{TOKEN}\"\nmax_connections = 4096\nmax_connections_per_address = 4096\n",
             mock.base_url()
         );
         std::fs::write(home.path().join("config.toml"), config).unwrap();
         let (child, base, _) = start_gateway_bin(bin, home.path());
         gateways.push((child, base, home, 0.0_f64, 0_usize));
     }
-    let client = reqwest::Client::builder().pool_idle_timeout(None).build().unwrap();
+    let client = reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(5)).build().unwrap();
     for (_, base, _, _, _) in &gateways {
         turns(&client, base, 1, 1, "warm").await;
     }

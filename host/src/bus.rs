@@ -163,6 +163,60 @@ pub struct OutboundMessage {
     /// [`DeliveryAck`]); not part of the message's data.
     #[serde(skip)]
     pub ack: DeliveryAck,
+    /// On a streamed reply's deltas and on the reply itself: the link to
+    /// its inbox row's stream (see [`StreamLink`]); not data either.
+    #[serde(skip)]
+    pub stream: StreamLink,
+}
+
+/// Ties a streamed reply to its inbox row, so that a crash never turns one
+/// reply into two platform messages: the channel records the platform
+/// message the stream created ([`StreamLink::started`]), and a resumed
+/// turn's deltas or a reply re-sent after a restart carry that message
+/// ([`StreamLink::existing`]), which the channel then edits instead of
+/// sending a new one. Empty where there is no row. Compares equal to any
+/// other (it is not data).
+#[derive(Clone, Default)]
+pub struct StreamLink(Option<Arc<StreamLinkInner>>);
+
+struct StreamLinkInner {
+    existing: Option<String>,
+    record: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+impl StreamLink {
+    /// A link whose stream already created `existing` (from an earlier
+    /// process), recording a new one with `record`.
+    pub fn new(existing: Option<String>, record: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        StreamLink(Some(Arc::new(StreamLinkInner { existing, record: Box::new(record) })))
+    }
+
+    /// The platform message an earlier attempt's stream created.
+    pub fn existing(&self) -> Option<&str> {
+        self.0.as_ref()?.existing.as_deref()
+    }
+
+    /// The stream created platform message `handle`.
+    pub fn started(&self, handle: &str) {
+        if let Some(inner) = &self.0 {
+            (inner.record)(handle);
+        }
+    }
+}
+
+impl std::fmt::Debug for StreamLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(inner) => write!(f, "StreamLink(existing: {:?})", inner.existing),
+            None => f.write_str("StreamLink(none)"),
+        }
+    }
+}
+
+impl PartialEq for StreamLink {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// What a front end calls once a reply reached its platform, so the
@@ -216,6 +270,7 @@ impl OutboundMessage {
             metadata: Map::new(),
             kind: OutboundKind::Message { streamed: false },
             ack: DeliveryAck::default(),
+            stream: StreamLink::default(),
         }
     }
 

@@ -578,3 +578,60 @@ async fn soak_1000_messages_over_50_chats_with_kills_counts_match_exactly() {
     assert!(kills >= 8, "the attack ran: only {kills} kills");
     eprintln!("soak: {total} messages answered once each across {kills} kills");
 }
+
+/// The streamed reply of the Telegram tests below: deltas 40 ms apart, so
+/// the whole reply is in well within Telegram's 1 s edit interval: at a
+/// crash right after the commit, the chat still shows the first piece.
+fn streaming_mock() -> MockLlm {
+    MockLlm::with_handler(|request, _| MockReply::text(format!("STREAMED reply to {} with a few more words to stream along", last_user(request))))
+        .with_stream_pieces(6)
+        .with_chunk_delay(Duration::from_millis(40))
+}
+
+/// The message a Telegram chat finally shows for a streamed reply: the
+/// chat's messages, each with its last edit applied.
+fn telegram_shown(telegram: &MockTelegram, chat: i64) -> Vec<(i64, String)> {
+    let edits = telegram.edits();
+    telegram
+        .sent_messages()
+        .into_iter()
+        .filter(|m| m.chat_id == chat && !m.text.starts_with('↳'))
+        .map(|m| {
+            let last = edits.iter().filter(|e| e.chat_id == chat && e.message_id == m.message_id).last().map(|e| e.text.clone());
+            (m.message_id, last.unwrap_or(m.text))
+        })
+        .collect()
+}
+
+/// A streamed reply across kill -9: killed right after its stream created
+/// the platform message (the turn resumes and its stream goes on in that
+/// message), and killed after the turn committed while the stream was
+/// still being edited (the re-sent reply is the final edit of that
+/// message). Either way the chat shows one message holding the whole reply.
+#[tokio::test(flavor = "multi_thread")]
+async fn telegram_a_streamed_reply_cut_by_a_crash_is_finished_in_the_same_message() {
+    let mock = streaming_mock();
+    let telegram = MockTelegram::with_token(TG_TOKEN, "chitinbot");
+    let home = tempfile::tempdir().unwrap();
+    write_telegram_config(home.path(), &telegram);
+    let config = std::fs::read_to_string(home.path().join("config.toml")).unwrap().replace("stream = false", "stream = true");
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    for (point, matching, chat, text, model_requests) in [("streaming", "STREAMED", 901, "stream one", 2), ("committed", "stream two", 902, "stream two", 1)] {
+        let before = mock.request_count();
+        let mut gw = start_telegram(home.path(), &mock, Some((point, matching)));
+        telegram.push(MockUpdate::text(chat, 555, text));
+        died_by_sigkill(&mut gw);
+        let partial = telegram_shown(&telegram, chat);
+        assert_eq!(partial.len(), 1, "{point}: the attack ran: the stream had created its message before the crash: {partial:?}");
+        let full = format!("STREAMED reply to {text} with a few more words to stream along");
+        assert_ne!(partial[0].1, full, "{point}: the crash cut the stream short");
+        let gw = start_telegram(home.path(), &mock, None);
+        gw.wait_for("the streamed reply finished", || telegram_shown(&telegram, chat).first().is_some_and(|(_, t)| *t == full));
+        std::thread::sleep(Duration::from_millis(1000));
+        let shown = telegram_shown(&telegram, chat);
+        assert_eq!(shown, vec![(partial[0].0, full.clone())], "{point}: one message, the same one, holding the whole reply\n{}", gw.stderr());
+        gw.terminate();
+        assert_eq!(mock.request_count() - before, model_requests, "{point}");
+        assert_consistent(home.path(), &format!("telegram:{chat}"));
+    }
+}

@@ -67,6 +67,9 @@ impl AgentLoop {
         let Some(inbox) = core.bus.inbox().cloned() else { return report };
         for (id, mut reply) in inbox.undelivered() {
             reply.ack = delivery_ack(&inbox, id);
+            if matches!(reply.kind, crate::bus::OutboundKind::Message { streamed: true }) {
+                reply.stream = super::responder::stream_link(&inbox, id);
+            }
             core.bus.publish_outbound(reply);
             report.resent += 1;
         }
@@ -90,6 +93,9 @@ impl AgentLoop {
                             if let Some(mut reply) = reply {
                                 if needs_mark {
                                     reply.ack = delivery_ack(&inbox, id);
+                                }
+                                if matches!(reply.kind, crate::bus::OutboundKind::Message { streamed: true }) {
+                                    reply.stream = super::responder::stream_link(&inbox, id);
                                 }
                                 core.bus.publish_outbound(reply);
                             }

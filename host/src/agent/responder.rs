@@ -32,6 +32,8 @@ pub struct BusResponder {
     /// The inbound's thread or topic: every event goes back to it.
     thread: Option<Value>,
     stream: bool,
+    /// The turn's inbox row's stream link, on its deltas and its reply.
+    link: bus::StreamLink,
 }
 
 impl BusResponder {
@@ -40,11 +42,18 @@ impl BusResponder {
         // A `system` message (a subagent's result) is answered in its origin chat.
         let (channel, chat_id) = to.reply_route();
         let thread = to.metadata.get(bus::THREAD).cloned();
-        Arc::new(BusResponder { bus, channel, chat_id, thread, stream })
+        let link = match (bus.inbox(), crate::durable::InboxRef::of(to)) {
+            (Some(inbox), Some(row)) if stream => stream_link(inbox, row.id),
+            _ => bus::StreamLink::default(),
+        };
+        Arc::new(BusResponder { bus, channel, chat_id, thread, stream, link })
     }
 
     fn publish(&self, kind: OutboundKind, content: impl Into<String>, metadata: Map<String, Value>) {
         let mut event = OutboundMessage::reply(&self.channel, &self.chat_id, content);
+        if matches!(kind, OutboundKind::StreamDelta | OutboundKind::Message { streamed: true }) {
+            event.stream = self.link.clone();
+        }
         event.kind = kind;
         event.metadata = metadata;
         if let Some(thread) = &self.thread {
@@ -77,10 +86,12 @@ impl BusResponder {
         match outcome {
             TurnOutcome::Done(ctx) => {
                 if let Some(reply) = &ctx.outbound {
+                    let mut reply = reply.clone();
                     if self.stream && matches!(reply.kind, OutboundKind::Message { streamed: true }) {
                         self.publish(OutboundKind::StreamEnd, "", Map::new());
+                        reply.stream = self.link.clone();
                     }
-                    self.bus.publish_outbound(reply.clone());
+                    self.bus.publish_outbound(reply);
                 }
             }
             TurnOutcome::Cancelled => {}
@@ -125,6 +136,17 @@ fn apology_to(channel: &str, chat_id: &str, thread: Option<&Value>, error: &Turn
         apology.metadata.insert(bus::THREAD.into(), thread.clone());
     }
     apology
+}
+
+/// The link of row `id`'s streamed reply: the platform message an earlier
+/// attempt streamed into, and how to record a new one.
+pub fn stream_link(inbox: &Arc<crate::durable::Inbox>, id: u64) -> bus::StreamLink {
+    let recorder = inbox.clone();
+    bus::StreamLink::new(inbox.stream_handle(id), move |handle| {
+        if let Err(e) = recorder.stream_started(id, handle) {
+            tracing::warn!(inbox = id, "stream message not recorded (a crash may show this reply twice): {e}");
+        }
+    })
 }
 
 impl TurnSink for BusResponder {

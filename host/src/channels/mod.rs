@@ -63,7 +63,7 @@ pub mod transport;
 pub mod upload;
 pub mod webhook;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -759,6 +759,10 @@ async fn deliver_loop(
     let refresh = Duration::from_millis(u64::from(limits.typing_refresh_ms));
     let mut streams = stream::Streams::new(Duration::from_millis(u64::from(limits.edit_interval_ms)));
     let mut hints = progress::Hints::default();
+    // The inbox links of the reply streams under way (see `StreamLink`),
+    // and the earlier processes' messages already taken over (each once).
+    let mut links: HashMap<stream::Key, crate::bus::StreamLink> = HashMap::new();
+    let mut adopted: HashSet<String> = HashSet::new();
     // Chat → (next refresh, give up at). Empty when the platform has no
     // typing indicator (`typing_refresh_ms = 0`).
     let mut typing: HashMap<String, (Instant, Instant)> = HashMap::new();
@@ -807,7 +811,7 @@ async fn deliver_loop(
                 continue;
             }
             () = edit_tick => {
-                outbox.show_streams(&mut streams).await;
+                outbox.show_streams(&mut streams, &links).await;
                 continue;
             }
         };
@@ -818,28 +822,50 @@ async fn deliver_loop(
         match message.kind {
             OutboundKind::StreamDelta => {
                 let now = Instant::now();
+                let new = !streams.has_reply(&key);
                 streams.delta(&key, &message.content, now, || rate.check(&message.chat_id, now));
-                outbox.show_streams(&mut streams).await;
+                if new {
+                    // A resumed turn's reply goes on in the message its first
+                    // attempt streamed into.
+                    if let Some(handle) = message.stream.existing().filter(|h| !adopted.contains(*h)) {
+                        streams.adopt(&key, handle);
+                        adopted.insert(handle.to_string());
+                    }
+                    links.insert(key.clone(), message.stream.clone());
+                }
+                outbox.show_streams(&mut streams, &links).await;
                 continue;
             }
             OutboundKind::Progress => {
                 if let Some(text) = hints.event(&key, &message, outbox.show) {
                     let now = Instant::now();
                     streams.progress(&key, text, now, || rate.check(&message.chat_id, now));
-                    outbox.show_streams(&mut streams).await;
+                    outbox.show_streams(&mut streams, &links).await;
                 }
                 continue;
             }
             OutboundKind::TurnEnd => {
                 streams.forget(&key);
                 hints.forget(&key);
+                links.remove(&key);
                 continue;
             }
             OutboundKind::Message { streamed } => {
                 // Hints after this reply start a new progress message below it.
                 streams.end_progress(&key);
                 hints.forget(&key);
-                if streamed && let stream::Finish::Update { handle, at } = streams.finish(&key) {
+                links.remove(&key);
+                let mut finish = if streamed { streams.finish(&key) } else { stream::Finish::Deliver };
+                // A reply re-sent after a restart whose stream an earlier
+                // process created: the final edit goes to that message.
+                if streamed
+                    && finish == stream::Finish::Deliver
+                    && let Some(handle) = message.stream.existing().filter(|h| !adopted.contains(*h))
+                {
+                    adopted.insert(handle.to_string());
+                    finish = stream::Finish::Update { handle: Some(handle.to_string()), at: None };
+                }
+                if let stream::Finish::Update { handle, at } = finish {
                     if let Some(at) = at {
                         tokio::time::sleep_until(at.into()).await;
                     }
@@ -900,9 +926,19 @@ async fn wait_for_rate(name: &str, rate: &mut RateLimit, chat: &str) {
 
 impl Outbox {
     /// Shows every stream that is due (coalesced text, one call per chat).
-    async fn show_streams(&self, streams: &mut stream::Streams) {
+    async fn show_streams(&self, streams: &mut stream::Streams, links: &HashMap<stream::Key, crate::bus::StreamLink>) {
         for (key, lane, handle, text) in streams.due(Instant::now()) {
             let result = self.runtime.channel_stream_update(&self.plugin, &key.0, key.1.as_deref(), handle.as_deref(), &text, false).await;
+            if lane == stream::Lane::Reply
+                && let Ok(new) = &result
+                && handle.as_deref() != Some(new.as_str())
+                && let Some(link) = links.get(&key)
+            {
+                // Recorded before anything else happens to the stream: a
+                // crash from here on edits this message, never a second.
+                link.started(new);
+                crate::crash_point!("streaming", &text);
+            }
             if let Err(e) = &result {
                 match lane {
                     stream::Lane::Reply => tracing::warn!(channel = %self.name, chat = %key.0, "stream-update failed; the reply will be delivered whole: {e}"),

@@ -90,6 +90,19 @@ impl Streams {
         self.lane(chat, Lane::Reply, now, first_wait).text.push_str(delta);
     }
 
+    /// Whether `chat` has a reply stream under way.
+    pub fn has_reply(&self, chat: &Key) -> bool {
+        self.chats.contains_key(&(chat.clone(), Lane::Reply))
+    }
+
+    /// `chat`'s reply stream edits `handle`, a message an earlier process
+    /// created for the same reply, instead of sending a new one.
+    pub fn adopt(&mut self, chat: &Key, handle: &str) {
+        if let Some(stream) = self.chats.get_mut(&(chat.clone(), Lane::Reply)) {
+            stream.handle.get_or_insert_with(|| handle.to_string());
+        }
+    }
+
     /// Sets what `chat`'s progress message should show (the whole text).
     pub fn progress(&mut self, chat: &Key, text: String, now: Instant, first_wait: impl FnOnce() -> Duration) {
         self.lane(chat, Lane::Progress, now, first_wait).text = text;

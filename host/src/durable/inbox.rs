@@ -9,6 +9,9 @@
 //! - `d` `{id, also?, reply?, delivered}`: done, with its reply (the
 //!   outbox row); `also` are messages injected into the same turn;
 //! - `x` `{id}`: its reply was delivered;
+//! - `m` `{id, handle}`: its reply is being streamed into the platform
+//!   message `handle` (so a resumed turn, or a resent reply, edits that
+//!   message instead of sending a second one);
 //! - `k` `{dedup, id, at}` and `s` (a whole row): written by compaction.
 
 use std::collections::{BTreeMap, HashMap};
@@ -102,6 +105,9 @@ pub struct Row {
     pub reply: Option<OutboundMessage>,
     #[serde(default)]
     pub delivered: bool,
+    /// The platform message its reply streams into, once one was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_handle: Option<String>,
 }
 
 /// What [`Inbox::accept`] made of a message.
@@ -152,6 +158,8 @@ enum Record {
     },
     #[serde(rename = "x")]
     Delivered { id: u64 },
+    #[serde(rename = "m")]
+    Stream { id: u64, handle: String },
     #[serde(rename = "o")]
     Handoff { id: u64 },
     #[serde(rename = "k")]
@@ -187,6 +195,8 @@ enum RecordOut<'a> {
     },
     #[serde(rename = "x")]
     Delivered { id: u64 },
+    #[serde(rename = "m")]
+    Stream { id: u64, handle: &'a str },
     #[serde(rename = "o")]
     Handoff { id: u64 },
     #[serde(rename = "k")]
@@ -329,7 +339,7 @@ impl Inbox {
         if let Some(key) = &dedup {
             state.dedup.insert(key.clone(), (id, at));
         }
-        state.rows.insert(id, Row { id, state: RowState::Accepted, attempts: 0, at, dedup, msg: message.clone(), reply: None, delivered: false });
+        state.rows.insert(id, Row { id, state: RowState::Accepted, attempts: 0, at, dedup, msg: message.clone(), reply: None, delivered: false, stream_handle: None });
         Ok(Accepted::New(InboxRef { id }))
     }
 
@@ -385,6 +395,27 @@ impl Inbox {
         Ok(())
     }
 
+    /// The reply of `id` streams into the platform message `handle` (a
+    /// stream's first update created it). Kept while the row is open or its
+    /// reply undelivered; the latest stream wins (a goal's interim answers
+    /// stream before the final reply does).
+    pub fn stream_started(&self, id: u64, handle: &str) -> Result<(), InboxError> {
+        let mut state = self.state.lock().expect("inbox lock");
+        if !state.rows.get(&id).is_some_and(|row| row.stream_handle.as_deref() != Some(handle)) {
+            return Ok(());
+        }
+        self.append(&mut state, &RecordOut::Stream { id, handle })?;
+        if let Some(row) = state.rows.get_mut(&id) {
+            row.stream_handle = Some(handle.to_string());
+        }
+        Ok(())
+    }
+
+    /// The platform message the reply of `id` streams into, if any.
+    pub fn stream_handle(&self, id: u64) -> Option<String> {
+        self.state.lock().expect("inbox lock").rows.get(&id).and_then(|row| row.stream_handle.clone())
+    }
+
     /// The turn on `inbox` was stopped by a shutdown, not by a crash: the
     /// attempt it started does not count towards [`MAX_ATTEMPTS`].
     pub fn handoff(&self, inbox: InboxRef) -> Result<(), InboxError> {
@@ -430,7 +461,7 @@ fn fold(rows: &mut BTreeMap<u64, Row>, dedup: &mut HashMap<String, (u64, DateTim
             if let Some(key) = &key {
                 dedup.insert(key.clone(), (id, at));
             }
-            rows.insert(id, Row { id, state: RowState::Accepted, attempts: 0, at, dedup: key, msg, reply: None, delivered: false });
+            rows.insert(id, Row { id, state: RowState::Accepted, attempts: 0, at, dedup: key, msg, reply: None, delivered: false, stream_handle: None });
             *next = (*next).max(id + 1);
         }
         Record::Run { id } => {
@@ -452,6 +483,11 @@ fn fold(rows: &mut BTreeMap<u64, Row>, dedup: &mut HashMap<String, (u64, DateTim
         }
         Record::Delivered { id } => {
             rows.remove(&id);
+        }
+        Record::Stream { id, handle } => {
+            if let Some(row) = rows.get_mut(&id) {
+                row.stream_handle = Some(handle);
+            }
         }
         Record::Handoff { id } => {
             if let Some(row) = rows.get_mut(&id) {
