@@ -205,12 +205,9 @@ pub struct CompletionHead {
     pub model: String,
 }
 
-/// `usage` from a reply's `{prompt_tokens, completion_tokens}` metadata.
-pub fn usage(meta: Option<&Value>) -> Option<Value> {
-    let meta = meta?;
-    let prompt = meta.get("prompt_tokens")?.as_u64()?;
-    let completion = meta.get("completion_tokens")?.as_u64()?;
-    Some(crate::provider::openai::wire::usage(prompt, completion))
+/// The OpenAI `usage` object of a reply's token counts.
+pub fn usage(prompt_tokens: u64, completion_tokens: u64) -> Value {
+    crate::provider::openai::wire::usage(prompt_tokens, completion_tokens)
 }
 
 /// A whole `chat.completion` answer (the shape is `provider::openai::wire`'s).
