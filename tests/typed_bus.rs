@@ -28,6 +28,7 @@ struct Served {
     locks: Arc<chitin::agent::locks::KeyedLocks>,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
+    _app: App,
     _home: tempfile::TempDir,
 }
 
@@ -52,9 +53,8 @@ async fn serve(mock: &MockLlm) -> Served {
             })
             .await
             .expect("gateway runs");
-        drop(app);
     });
-    Served { url, sessions, locks, stop, task, _home: home }
+    Served { url, sessions, locks, stop, task, _app: app, _home: home }
 }
 
 async fn ask(client: &reqwest::Client, url: &str, session: Option<&str>, text: &str) -> reqwest::Result<Value> {

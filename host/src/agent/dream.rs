@@ -15,7 +15,7 @@
 //!   memory files and `skills/`, copied in through [`Workspace`] without
 //!   following links), and a call guard refuses any write whose target is
 //!   not one of the allowed files. Only when the run *completed*
-//!   (`_stop_reason == completed`) are the changed allowed files written
+//!   (`StopReason::Completed`) are the changed allowed files written
 //!   back, each through [`Workspace::write_no_follow`] (so a link a plugin
 //!   planted at `skills/x.md` is refused, never written through); anything
 //!   else the run left in the staging copy is reported and dropped. A run

@@ -10,9 +10,10 @@
 //! - `wait = true`: the spawning tool call waits and gets the answer.
 //! - `wait = false`: it runs in the background; when it ends, its answer is
 //!   announced back to the *origin* session as a `system` inbound message
-//!   (`sender_id = "subagent"`, `chat_id = "<channel>:<chat>"`, the origin
-//!   session as the override, metadata `injected_event = "subagent_result"`
-//!   and `subagent_task_id`). If the origin session's turn still runs, the
+//!   from [`crate::bus::Origin::Subagent`] (its task id, and the origin
+//!   chat as the typed route of the reply), the origin session as the
+//!   override; its session row keeps the marks `injected_event =
+//!   "subagent_result"` and `subagent_task_id`. If the origin session's turn still runs, the
 //!   message goes to its pending queue and is injected (that turn waits for
 //!   it, see `agent::pending`); otherwise it goes on the bus and starts a
 //!   SYSTEM turn whose reply goes to the origin chat. The session stores

@@ -282,7 +282,7 @@ mod tests {
     #[test]
     fn responses_have_the_openai_shape() {
         let head = CompletionHead { id: "chatcmpl-1".into(), created: 7, model: "m".into() };
-        let usage = usage(Some(&json!({"prompt_tokens": 3, "completion_tokens": 2})));
+        let usage = Some(usage(3, 2));
         let body = completion(&head, "hi", usage.clone());
         assert_eq!(body["choices"][0]["message"], json!({"role": "assistant", "content": "hi"}));
         assert_eq!(body["usage"]["total_tokens"], 5);
