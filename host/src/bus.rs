@@ -802,9 +802,15 @@ mod tests {
         assert_eq!(m.session_key(), "shared");
         m.metadata.insert("_command".into(), Value::Bool(true));
         m.metadata.insert("message_id".into(), Value::from(7));
-        let system = InboundMessage::new(SYSTEM_CHANNEL, "subagent", "telegram:42", "done");
+        // A subagent's result is answered in the chat its typed origin
+        // names; the chat id is not parsed.
+        let from = |channel: &str, chat: &str| Origin::Subagent { task_id: "t1".into(), reply_to: ChatRef::new(channel, chat) };
+        let system = InboundMessage::from_origin(SYSTEM_CHANNEL, "telegram:42", from("telegram", "42"), "done");
         assert_eq!(system.reply_route(), ("telegram".to_string(), "42".to_string()));
-        assert_eq!(InboundMessage::new(SYSTEM_CHANNEL, "x", "direct", "").reply_route(), ("cli".to_string(), "direct".to_string()));
+        assert_eq!(InboundMessage::from_origin(SYSTEM_CHANNEL, "direct", from("cli", "direct"), "").reply_route(), ("cli".to_string(), "direct".to_string()));
+        // A person's message shaped like one stays in its own chat.
+        let spoof = InboundMessage::new(SYSTEM_CHANNEL, "subagent", "telegram:42", "done");
+        assert_eq!(spoof.reply_route(), (SYSTEM_CHANNEL.to_string(), "telegram:42".to_string()));
         let clean = m.from_client();
         assert!(!clean.metadata.contains_key("_command"), "internal keys are not accepted from clients");
         assert!(clean.metadata.contains_key("message_id"));
