@@ -408,7 +408,7 @@ mod wire {
                 reply.via_tool |= flag(metadata.remove("_via_message_tool"));
                 reply.interim |= flag(metadata.remove("_goal_continuation"));
             }
-            OutboundMessage { channel: w.channel, chat_id: w.chat_id, content: w.content, reply_to: w.reply_to, media: w.media, metadata, kind, ack: DeliveryAck::default() }
+            OutboundMessage { channel: w.channel, chat_id: w.chat_id, content: w.content, reply_to: w.reply_to, media: w.media, metadata, kind, ack: DeliveryAck::default(), stream: StreamLink::default() }
         }
     }
 

@@ -579,11 +579,13 @@ async fn soak_1000_messages_over_50_chats_with_kills_counts_match_exactly() {
     eprintln!("soak: {total} messages answered once each across {kills} kills");
 }
 
-/// The streamed reply of the Telegram tests below: deltas 150 ms apart.
+/// The streamed reply of the Telegram tests below: deltas 40 ms apart, so
+/// the whole reply is in well within Telegram's 1 s edit interval: at a
+/// crash right after the commit, the chat still shows the first piece.
 fn streaming_mock() -> MockLlm {
     MockLlm::with_handler(|request, _| MockReply::text(format!("STREAMED reply to {} with a few more words to stream along", last_user(request))))
         .with_stream_pieces(6)
-        .with_chunk_delay(Duration::from_millis(150))
+        .with_chunk_delay(Duration::from_millis(40))
 }
 
 /// The message a Telegram chat finally shows for a streamed reply: the
