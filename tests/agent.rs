@@ -51,7 +51,7 @@ async fn the_trace_records_every_state() {
     assert_eq!(states, [Restore, Compact, Command, Build, Run, Save, Respond]);
     assert!(ctx.trace.iter().all(|e| e.error.is_none() && e.duration_ms >= 0.0));
     let reply = ctx.outbound.unwrap();
-    assert!(reply.metadata["latency_ms"].as_u64().is_some());
+    assert!(reply.kind.reply().and_then(|r| r.latency_ms).is_some());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chitin::agent::dream::{self, NO_HISTORY};
 use chitin::agent::{InternalRun, RunScope, sink};
-use chitin::bus::{InboundMessage, STOP_REASON};
+use chitin::bus::{InboundMessage, StopReason};
 use chitin::compact::{HistoryArchive, HistoryEntry};
 use chitin::session::{JsonlStore, SessionStore};
 use chitin::testing::{MockLlm, MockReply, Script};
@@ -64,11 +64,11 @@ async fn an_internal_run_stores_nothing_and_reports_its_stop_reason() {
         sink: sink::silent(),
     };
     let reply = t.agent.run_internal(run("look around", None)).await;
-    assert_eq!(reply.content, "all quiet");
-    assert_eq!(reply.metadata[STOP_REASON], "completed");
+    assert_eq!(reply.text, "all quiet");
+    assert_eq!(reply.stop, StopReason::Completed);
     // A limited run says so.
     let reply = t.agent.run_internal(run("keep listing", Some(2))).await;
-    assert_eq!(reply.metadata[STOP_REASON], "max_iterations", "{}", reply.content);
+    assert_eq!(reply.stop, StopReason::MaxIterations, "{}", reply.text);
     // 1 + 2 with tools + the summary request at the limit.
     assert_eq!(t.mock.request_count(), 4);
     // Nothing of either run reached the session store or the archive.
@@ -80,7 +80,7 @@ async fn an_internal_run_stores_nothing_and_reports_its_stop_reason() {
     let t2 = TestAgent::new(MockLlm::start(vec![MockReply::text("hello")]));
     let outcome = t2.agent.process_direct("hi", "cli:x", sink::silent()).await;
     let chitin::agent::TurnOutcome::Done(ctx) = outcome else { panic!("turn failed") };
-    assert_eq!(ctx.outbound.unwrap().metadata[STOP_REASON], "completed");
+    assert_eq!(ctx.outbound.unwrap().kind.reply().unwrap().stop, Some(StopReason::Completed));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,7 +249,7 @@ async fn the_heartbeat_runs_heartbeat_md_tasks_and_answers_in_the_last_chat() {
     let delivered = loop {
         let message = tokio::time::timeout(Duration::from_secs(20), t.bus.consume_outbound()).await.expect("a delivery").expect("bus open");
         // The earlier turn's end-of-turn event may come first.
-        if matches!(message.kind, chitin::bus::OutboundKind::Message { .. }) {
+        if matches!(message.kind, chitin::bus::OutboundKind::Message(_)) {
             break message;
         }
     };
@@ -263,7 +263,7 @@ async fn the_heartbeat_runs_heartbeat_md_tasks_and_answers_in_the_last_chat() {
     wait_until(|| t.mock.request_count() == 3).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     while let Some(message) = t.bus.try_consume_outbound() {
-        assert!(!matches!(message.kind, chitin::bus::OutboundKind::Message { .. }), "HEARTBEAT_OK is not delivered: {}", message.content);
+        assert!(!matches!(message.kind, chitin::bus::OutboundKind::Message(_)), "HEARTBEAT_OK is not delivered: {}", message.content);
     }
     stop.cancel();
     task.await.unwrap();

@@ -227,8 +227,8 @@ async fn a_chat_gets_the_interim_answers_as_messages_then_the_reply() {
         if event.kind == OutboundKind::TurnEnd {
             break;
         }
-        if matches!(event.kind, OutboundKind::Message { .. }) {
-            messages.push((event.content.clone(), event.metadata.get(GOAL_CONTINUATION).is_some()));
+        if matches!(event.kind, OutboundKind::Message(_)) {
+            messages.push((event.content.clone(), event.kind.reply().is_some_and(|r| r.interim)));
         }
     }
     assert_eq!(messages, [("Found 3 of 5.".to_string(), true), ("Found all 5.".to_string(), false)]);

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chitin::agent::services::VIA_MESSAGE_TOOL;
 use chitin::bus::{InboundMessage, OutboundKind, OutboundMessage};
 use chitin::testing::{MockLlm, MockReply};
 use chitin_tests::agent::{TestAgent, request_messages, wait_until};
@@ -31,7 +30,7 @@ async fn events_until_turn_end(t: &TestAgent) -> Vec<OutboundMessage> {
 }
 
 fn messages(events: &[OutboundMessage]) -> Vec<&OutboundMessage> {
-    events.iter().filter(|e| matches!(e.kind, OutboundKind::Message { .. })).collect()
+    events.iter().filter(|e| matches!(e.kind, OutboundKind::Message(_))).collect()
 }
 
 /// The tool result the model got in request `index`.
@@ -50,7 +49,7 @@ async fn a_send_to_the_current_chat_replaces_the_final_reply() {
     let sent = messages(&events);
     assert_eq!(sent.len(), 1, "the message tool's send and nothing else: {events:?}");
     assert_eq!((sent[0].channel.as_str(), sent[0].chat_id.as_str(), sent[0].content.as_str()), ("chat", "7", "Here is the summary."));
-    assert_eq!(sent[0].metadata[VIA_MESSAGE_TOOL], true);
+    assert!(sent[0].kind.reply().unwrap().via_tool, "marked as sent by the message tool");
     assert_eq!(sent[0].media, [t.workspace().join("report.txt")]);
     assert_eq!(tool_result(&t.mock, 1), "Message sent to chat:7 with 1 attachment");
     // The turn itself is saved as usual, final answer included.
@@ -150,7 +149,7 @@ mod cron {
     async fn next_message(t: &TestAgent) -> OutboundMessage {
         loop {
             let event = tokio::time::timeout(Duration::from_secs(20), t.bus.consume_outbound()).await.expect("in time").expect("open");
-            if matches!(event.kind, OutboundKind::Message { .. }) {
+            if matches!(event.kind, OutboundKind::Message(_)) {
                 return event;
             }
         }

@@ -65,7 +65,7 @@ fn announcements(t: &TestAgent, key: &str) -> Vec<String> {
 async fn replies_until_quiet(t: &TestAgent, quiet: Duration) -> Vec<OutboundMessage> {
     let mut out = Vec::new();
     while let Ok(Some(m)) = tokio::time::timeout(quiet, t.bus.consume_outbound()).await {
-        if matches!(m.kind, OutboundKind::Message { .. }) {
+        if matches!(m.kind, OutboundKind::Message(_)) {
             out.push(m);
         }
     }

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chitin::bus::{self, InboundMessage, OutboundKind, OutboundMessage};
+use chitin::bus::{InboundMessage, OutboundKind, OutboundMessage, Reply, ToolProgress};
 use chitin::testing::{MockLlm, MockReply};
 use chitin_tests::agent::TestAgent;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Terminal controls a plugin might send: window title (OSC 0), clipboard
 /// (OSC 52), carriage return, cursor up, a C1 CSI, a right-to-left override.
@@ -35,16 +35,24 @@ async fn events_until_turn_end(t: &TestAgent) -> Vec<OutboundMessage> {
     }
 }
 
-fn meta<'a>(event: &'a OutboundMessage, key: &str) -> Option<&'a Value> {
-    event.metadata.get(key)
+/// The tool call an event reports on, if it is a tool event.
+fn tool(event: &OutboundMessage) -> Option<&ToolProgress> {
+    match &event.kind {
+        OutboundKind::Tool(progress) => Some(progress),
+        _ => None,
+    }
 }
 
-/// The `Progress` events of the tool call `call_id`, as (phase, content).
+fn phase_of(event: &OutboundMessage) -> Option<&'static str> {
+    tool(event).map(|t| t.phase.as_str())
+}
+
+/// The tool events of the call `call_id`, as (phase, content).
 fn tool_events(events: &[OutboundMessage], call_id: &str) -> Vec<(String, String)> {
     events
         .iter()
-        .filter(|e| e.kind == OutboundKind::Progress && meta(e, bus::PROGRESS_CALL_ID).and_then(Value::as_str) == Some(call_id))
-        .map(|e| (meta(e, bus::PROGRESS_PHASE).and_then(Value::as_str).unwrap_or_default().to_string(), e.content.clone()))
+        .filter(|e| tool(e).is_some_and(|t| t.call_id == call_id))
+        .map(|e| (phase_of(e).unwrap_or_default().to_string(), e.content.clone()))
         .collect()
 }
 
@@ -67,13 +75,13 @@ async fn plugin_progress_reaches_the_bus_as_progress_events_naming_the_call() {
     assert!(events.iter().all(|e| e.channel == "chat" && e.chat_id == "p1"), "addressed to the inbound chat: {events:#?}");
     // The turn's own hint first, without a call.
     assert_eq!((&events[0].kind, events[0].content.as_str()), (&OutboundKind::Progress, "running"));
-    assert!(meta(&events[0], bus::PROGRESS_CALL_ID).is_none());
+    assert!(tool(&events[0]).is_none());
 
-    let started: Vec<&OutboundMessage> = events.iter().filter(|e| meta(e, bus::PROGRESS_PHASE).and_then(Value::as_str) == Some("started")).collect();
+    let started: Vec<&OutboundMessage> = events.iter().filter(|e| phase_of(e) == Some("started")).collect();
     assert_eq!(started.len(), 2, "{events:#?}");
-    let call_of = |tool: &str| {
-        let event = started.iter().find(|e| meta(e, bus::PROGRESS_TOOL).and_then(Value::as_str) == Some(tool)).unwrap_or_else(|| panic!("{tool} started"));
-        meta(event, bus::PROGRESS_CALL_ID).and_then(Value::as_str).unwrap().to_string()
+    let call_of = |name: &str| {
+        let event = started.iter().find(|e| tool(e).is_some_and(|t| t.tool == name)).unwrap_or_else(|| panic!("{name} started"));
+        tool(event).unwrap().call_id.clone()
     };
 
     // The well-behaved tool: start with an arguments preview, its one
@@ -83,8 +91,8 @@ async fn plugin_progress_reaches_the_bus_as_progress_events_naming_the_call() {
     assert_eq!(echo[0], ("started".into(), r#"echo({"text":"hi"})"#.into()));
     assert_eq!(echo[1], ("progress".into(), "echoing".into()));
     assert_eq!(echo[2].0, "finished");
-    let finished = events.iter().find(|e| meta(e, bus::PROGRESS_PHASE).and_then(Value::as_str) == Some("finished") && meta(e, bus::PROGRESS_TOOL).and_then(Value::as_str) == Some("echo")).unwrap();
-    assert_eq!(meta(finished, bus::PROGRESS_OK), Some(&Value::Bool(true)));
+    let finished = events.iter().find(|e| phase_of(e) == Some("finished") && tool(e).is_some_and(|t| t.tool == "echo")).unwrap();
+    assert_eq!(tool(finished).unwrap().ok, Some(true));
 
     // The flood: 500 texts of 5 KB with terminal controls. What arrives is
     // one text, cut to a line and escaped, then the note of what was dropped.
@@ -102,7 +110,8 @@ async fn plugin_progress_reaches_the_bus_as_progress_events_naming_the_call() {
 
     // Then the reply and the end, last.
     let kinds: Vec<&OutboundKind> = events.iter().map(|e| &e.kind).collect();
-    assert_eq!(kinds[kinds.len() - 2..], [&OutboundKind::Message { streamed: false }, &OutboundKind::TurnEnd]);
+    assert!(matches!(kinds[kinds.len() - 2], OutboundKind::Message(Reply { streamed: false, .. })), "{kinds:?}");
+    assert_eq!(kinds[kinds.len() - 1], &OutboundKind::TurnEnd);
     assert_eq!(events[events.len() - 2].content, "done");
 }
 

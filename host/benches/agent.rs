@@ -9,9 +9,10 @@
 //! - The same per-turn figure at turn 10 000, where token consolidation is
 //!   active (the history no longer fits the window): the first turn pays for
 //!   the archiving, the median shows the steady state.
-//! - Peak RSS of a one-shot `chitin agent -m` (the real binary; one `fs`
-//!   tool call and an answer), measured on later runs once the plugin's
-//!   compiled code is cached, as any run after the first finds it.
+//! - Wall time and peak RSS of a one-shot `chitin agent -m` (the real
+//!   binary; one `fs` tool call and an answer), warm plugin cache, against
+//!   two baselines measured in the same run: `chitin --version` (process
+//!   start) and a one-shot without a tool call (see `one_shot_rss`).
 //! - Peak RSS of the bench process per part (it also compiles the plugins).
 //! - `durable`: what the durable inbox/outbox adds per turn (accept,
 //!   running, the commit's stamp, done): the same turn at turn 10 with and
@@ -266,46 +267,129 @@ async fn many_sessions() {
     println!("200 sessions × 5 turns, 50 ms mock latency: {:.2} s wall, ideal 0.50 s → {:.2}× ideal", wall.as_secs_f64(), wall.as_secs_f64() / 0.5);
 }
 
-/// Runs `chitin agent -m` against a mock four times (the first run compiles
-/// and caches the `fs` plugin) and prints each run's peak RSS.
+/// Runs per one-shot measurement, each program × case interleaved.
+const ONE_SHOT_RUNS: usize = 15;
+
+/// Wall time and peak RSS of the real binary, warm plugin cache, in three
+/// cases run interleaved (so drift of this shared machine hits all alike):
+/// - `--version`: the floor, process start and exit of this same binary
+///   (loader, relocations, `main`); nothing of chitin's own work;
+/// - a one-shot whose model answers at once (no tool call): the host's
+///   start (config, engine, built-in plugins, provider, session) + 1 request;
+/// - a one-shot with one `fs` tool call (`list_dir`) and an answer: the
+///   figure with the target, 2 requests.
+///
+/// Medians over [`ONE_SHOT_RUNS`] runs, each in a session of its own so
+/// every run does the same work. The ratio to `--version` and the
+/// difference to the no-tool case say what the tool call itself costs.
+/// `CHITIN_BENCH_BASELINE=path/to/an/older/chitin` measures that binary too,
+/// interleaved with this one, and prints the ratio (a before/after in one
+/// run). The first run of each program compiles `fs` (its RSS is printed);
+/// a cache entry is then stamped at its first load at least a second after
+/// it was written (`plugins::cache`), so the bench waits that out and loads
+/// once more before measuring, as any later run of a user's finds it.
 async fn one_shot_rss() {
-    let mock = mock_calling("list_dir", json!({"path": "."}));
+    let tool_mock = mock_calling("list_dir", json!({"path": "."}));
+    let text_mock = MockLlm::with_body_handler(|_, _| MockReply::text("done"));
+    let mut programs = vec![("this build".to_string(), std::path::PathBuf::from(env!("CARGO_BIN_EXE_chitin")))];
+    if let Some(baseline) = std::env::var_os("CHITIN_BENCH_BASELINE") {
+        programs.push(("baseline".to_string(), baseline.into()));
+    }
+    let homes: Vec<(tempfile::TempDir, tempfile::TempDir)> = programs.iter().map(|_| (home_for(&tool_mock), home_for(&text_mock))).collect();
+    for ((label, program), (tool_home, _)) in programs.iter().zip(&homes) {
+        let (status, _, first_kib) = run_one_shot(program, tool_home.path(), "list the workspace", "bench:first", true);
+        assert!(status == 0, "{label}: chitin agent -m exited with {status}");
+        println!("one-shot, {label}: first run (compiles fs in the compile child) peak RSS {:.1} MiB", first_kib as f64 / 1024.0);
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    for ((_, program), (tool_home, text_home)) in programs.iter().zip(&homes) {
+        run_one_shot(program, tool_home.path(), "list the workspace", "bench:stamp", false);
+        run_one_shot(program, text_home.path(), "hello", "bench:warm", false);
+    }
+    let requests_before = (tool_mock.request_count(), text_mock.request_count());
+    let cases: [(&str, Option<usize>, &str); 3] = [("--version", None, ""), ("no tool", Some(1), "hello"), ("1 fs call", Some(0), "list the workspace")];
+    // [program][case] → (wall ms, peak MiB) samples.
+    let mut samples = vec![vec![(Vec::new(), Vec::new()); cases.len()]; programs.len()];
+    for run in 0..ONE_SHOT_RUNS {
+        for (p, (_, program)) in programs.iter().enumerate() {
+            for (c, (_, home, message)) in cases.iter().enumerate() {
+                let home = home.map(|h| if h == 0 { homes[p].0.path() } else { homes[p].1.path() });
+                let session = format!("bench:{p}:{c}:{run}");
+                // Timed without the RSS poller (which would share the cores),
+                // then the same again for the peak.
+                let (status, wall, _) = run_case(program, home, message, &session, false);
+                assert!(status == 0, "{program:?} {:?} exited with {status}", cases[c].0);
+                let (_, _, peak_kib) = run_case(program, home, message, &format!("{session}:rss"), true);
+                samples[p][c].0.push(wall);
+                samples[p][c].1.push(peak_kib as f64 / 1024.0);
+            }
+        }
+    }
+    let per_run_requests = ((tool_mock.request_count() - requests_before.0) / (2 * ONE_SHOT_RUNS * programs.len()), (text_mock.request_count() - requests_before.1) / (2 * ONE_SHOT_RUNS * programs.len()));
+    assert_eq!(per_run_requests, (2, 1), "the tool case makes 2 model requests per run, the no-tool case 1");
+    let mut medians = Vec::new();
+    for (p, (label, _)) in programs.iter().enumerate() {
+        let figures: Vec<(f64, f64)> = samples[p].iter().map(|(walls, peaks)| (ms(median(walls.clone())), median_f64(peaks.clone()))).collect();
+        let floor = figures[0].0;
+        println!("one-shot, {label} (medians of {ONE_SHOT_RUNS} interleaved runs, warm cache):");
+        for ((case, _, _), (wall, peak)) in cases.iter().zip(&figures) {
+            println!("             {case:<10} {wall:6.2} ms ({:4.2}× --version)  peak RSS {peak:5.1} MiB", wall / floor);
+        }
+        println!(
+            "             the tool call itself (1 fs call − no tool): {:+.2} ms, {:+.1} MiB; host start + 1 request over the floor (no tool − --version): {:+.2} ms",
+            figures[2].0 - figures[1].0,
+            figures[2].1 - figures[1].1,
+            figures[1].0 - floor
+        );
+        medians.push(figures);
+    }
+    if medians.len() == 2 {
+        let (now, before) = (&medians[0][2], &medians[1][2]);
+        println!("one-shot with 1 fs call, this build vs baseline: {:.2} ms vs {:.2} ms ({:.2}×), {:.1} MiB vs {:.1} MiB", now.0, before.0, now.0 / before.0, now.1, before.1);
+    }
+}
+
+/// A data dir whose config points the agent at `mock`, `fs` granted.
+fn home_for(mock: &MockLlm) -> tempfile::TempDir {
     let home = tempfile::tempdir().unwrap();
     let config = format!(
         "[agent]\nmodel = \"bench\"\nstream = false\n[providers.openai]\nbase_url = \"{}\"\napi_key = \"none\"\n[plugins.fs]\nworkspace = \"read-write\"\n",
         mock.base_url()
     );
     std::fs::write(home.path().join("config.toml"), config).unwrap();
-    let mut peaks = Vec::new();
-    for _ in 0..4 {
-        let (status, peak_kib) = run_measured(home.path());
-        assert!(status == 0, "chitin agent -m exited with {status}");
-        peaks.push(peak_kib as f64 / 1024.0);
-    }
-    let cached: Vec<String> = peaks[1..].iter().map(|p| format!("{p:.1}")).collect();
-    println!(
-        "one-shot `chitin agent -m` (1 fs tool call + answer, {} requests per run): peak RSS {:.1} MiB on the first run (compiles the plugin), then {} MiB",
-        mock.request_count() / peaks.len(),
-        peaks[0],
-        cached.join(" / ")
-    );
+    home
 }
 
-/// Exit status and peak RSS (KiB) of one `chitin agent -m` in `home`.
+/// `chitin agent -s session -m message` in `home`: exit status, wall time
+/// and (when `peak`) peak RSS in KiB.
+fn run_one_shot(program: &std::path::Path, home: &std::path::Path, message: &str, session: &str, peak: bool) -> (i32, Duration, u64) {
+    run_case(program, Some(home), message, session, peak)
+}
+
+/// One run of `program`: `agent -m` in `home`, or `--version` without one.
 ///
 /// The peak is the child's own `VmHWM`, polled until it exits: it starts
 /// afresh at `exec`, unlike `wait4`'s `ru_maxrss`, which also counts the
 /// pages the child shared with this (much larger) process before `exec`.
-/// Memory only shrinks while a process exits, so the last reading is the peak.
-fn run_measured(home: &std::path::Path) -> (i32, u64) {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_chitin"))
-        .args(["agent", "-m", "list the workspace"])
-        .env("CHITIN_HOME", home)
+/// Memory only shrinks while a process exits, so the last reading is the
+/// peak. Without `peak` the child is only waited for (wall time exact).
+fn run_case(program: &std::path::Path, home: Option<&std::path::Path>, message: &str, session: &str, peak: bool) -> (i32, Duration, u64) {
+    let mut command = std::process::Command::new(program);
+    match home {
+        Some(home) => command.args(["agent", "-s", session, "-m", message]).env("CHITIN_HOME", home),
+        None => command.arg("--version"),
+    };
+    let started = Instant::now();
+    let mut child = command
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start chitin");
+    if !peak {
+        let status = child.wait().expect("wait for chitin");
+        return (status.code().unwrap_or(-1), started.elapsed(), 0);
+    }
     let status_file = format!("/proc/{}/status", child.id());
     let mut peak_kib = 0;
     loop {
@@ -313,7 +397,7 @@ fn run_measured(home: &std::path::Path) -> (i32, u64) {
             peak_kib = peak_kib.max(kib);
         }
         if let Some(status) = child.try_wait().expect("wait for chitin") {
-            return (status.code().unwrap_or(-1), peak_kib);
+            return (status.code().unwrap_or(-1), started.elapsed(), peak_kib);
         }
         std::thread::sleep(Duration::from_micros(500));
     }
@@ -331,6 +415,11 @@ fn peak_rss_mib() -> f64 {
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn median_f64(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
 }
 

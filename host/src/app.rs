@@ -91,14 +91,10 @@ impl App {
         std::fs::create_dir_all(&workspace).map_err(|source| AppError::Workspace { path: workspace.clone(), source })?;
         let workspace = workspace.canonicalize().map_err(|source| AppError::Workspace { path: workspace.clone(), source })?;
         let workspace = Workspace::open(workspace)?;
-        let mut runtime = PluginRuntime::new(RuntimeConfig {
-            workspace: workspace.root().to_path_buf(),
-            cache_dir: Some(data.cache_dir()),
-            limits: config.limits.clone(),
-        })?;
-        if let Some(program) = &options.compile_child {
-            runtime = runtime.with_compile_child(program.clone());
-        }
+        let runtime = PluginRuntime::with_isolation(
+            RuntimeConfig { workspace: workspace.root().to_path_buf(), cache_dir: Some(data.cache_dir()), limits: config.limits.clone() },
+            options.compile_child.clone(),
+        )?;
         let runtime = Arc::new(runtime);
         let mut catalog = PluginCatalog::load(&runtime, &config.plugins, Some(&data.plugins_dir()), &options.extra_plugins)?;
         // Plugins installed from an index: what the lock names, granted what

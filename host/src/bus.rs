@@ -18,119 +18,553 @@ use crate::durable::{Accepted, Inbox, InboxRef};
 /// continuations, re-published leftovers keep their own channel).
 pub const SYSTEM_CHANNEL: &str = "system";
 
-/// Inbound metadata key (internal: clients cannot set it, see
-/// [`InboundMessage::from_client`]) holding a JSON array of session
-/// messages. A message carrying it runs as an *ephemeral* turn: the session
-/// starts from exactly that history and nothing is persisted. The gateway's
-/// API uses it when a client sends its own history.
+/// The key under which an inbound message's ephemeral history is stored
+/// (see [`InboundMessage::ephemeral_history`]); today's name, so inbox
+/// lines written before it was typed still load.
 pub const EPHEMERAL_HISTORY: &str = "_ephemeral_history";
-
-/// Outbound metadata key set (to `true`) on the apology of a failed turn,
-/// so a front end can tell a failure from a reply (the API answers 500).
-pub const TURN_FAILED: &str = "_failed";
-
-/// Outbound metadata key of a turn's reply: how its run ended
-/// (`completed`, `max_iterations`, `error`, `tool_error`,
-/// `empty_final_response`; `stopped` for `/stop`, `command` for a slash
-/// command; nanobot's `_stop_reason`). Internal runs (Dream) decide on it.
-pub const STOP_REASON: &str = "_stop_reason";
-
-/// Outbound metadata key of a reply: the turn's token usage,
-/// `{"prompt_tokens", "completion_tokens"}`, when the provider reported it.
-pub const USAGE: &str = "usage";
-
-/// Outbound metadata keys of a tool's `Progress` event (see
-/// `agent::responder`): the tool's name, the model's call id, and the
-/// phase: `"started"` (the content is `name(arguments preview)`),
-/// `"progress"` (the content is the plugin's `host.progress` text) or
-/// `"finished"` (no content; [`PROGRESS_OK`] says how it ended). A
-/// `Progress` event without them is the turn's own "running" hint.
-pub const PROGRESS_TOOL: &str = "tool";
-/// See [`PROGRESS_TOOL`].
-pub const PROGRESS_CALL_ID: &str = "call_id";
-/// See [`PROGRESS_TOOL`].
-pub const PROGRESS_PHASE: &str = "phase";
-/// See [`PROGRESS_TOOL`]: `true` when the finished call produced a result.
-pub const PROGRESS_OK: &str = "ok";
 
 /// The metadata key of a message's thread or topic within its chat.
 pub const THREAD: &str = "thread";
 
+/// Where an inbound cron message names its job (today's key).
+pub const CRON_JOB: &str = "_cron_job";
+/// Where a subagent's announcement names its event and task (today's keys,
+/// shared with the session rows that record the announcement).
+pub const INJECTED_EVENT: &str = "injected_event";
+/// The value of [`INJECTED_EVENT`] for a subagent's announcement.
+pub const SUBAGENT_RESULT: &str = "subagent_result";
+/// See [`INJECTED_EVENT`].
+pub const TASK_ID: &str = "subagent_task_id";
+
+/// Inbound metadata keys the host alone sets: typed fields in memory, these
+/// keys only in files. Any of them arriving in a message's metadata from
+/// elsewhere is dropped when the message is read.
+const RESERVED_KEYS: [&str; 6] = [crate::durable::INBOX_ID, EPHEMERAL_HISTORY, CRON_JOB, INJECTED_EVENT, TASK_ID, "origin"];
+
+/// A chat on a channel, and the thread or topic within it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ChatRef {
+    pub channel: String,
+    pub chat_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<String>,
+}
+
+impl ChatRef {
+    /// `chat_id` on `channel`, no thread.
+    pub fn new(channel: impl Into<String>, chat_id: impl Into<String>) -> Self {
+        ChatRef { channel: channel.into(), chat_id: chat_id.into(), thread: None }
+    }
+
+    /// The session a chat has by default.
+    pub fn session_key(&self) -> SessionKey {
+        SessionKey::of_chat(&self.channel, &self.chat_id)
+    }
+}
+
+/// A session's identity. Opaque to the host: built from a chat (or named
+/// by an API client, a cron job, an internal run) and compared whole; the
+/// chat a turn answers comes with its message ([`InboundMessage::reply_route`]),
+/// never from splitting this.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SessionKey(String);
+
+impl SessionKey {
+    /// A key as stored or configured.
+    pub fn new(key: impl Into<String>) -> Self {
+        SessionKey(key.into())
+    }
+
+    /// The default key of `chat_id` on `channel`: `{channel}:{chat_id}`.
+    pub fn of_chat(channel: &str, chat_id: &str) -> Self {
+        SessionKey(format!("{channel}:{chat_id}"))
+    }
+
+    /// The key of a stateless API request: a form no named session
+    /// (`api:<name>`) and no channel (names are letters, digits, `_`, `-`)
+    /// can produce, so a client naming its session `ephemeral:<id>` never
+    /// reaches another request's turn.
+    pub fn ephemeral(channel: &str, request_id: &str) -> Self {
+        SessionKey(format!("{channel}#ephemeral:{request_id}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The chat a key was made from, for the places that only have a key:
+    /// a key a person typed (`chitin agent --session telegram:42`) and a
+    /// record written before its chat was kept beside it (a goal resumed
+    /// after an upgrade, an old inbox line). `cli` when it has no channel
+    /// part. Never used to route a message that came with its chat.
+    pub fn chat_hint(&self) -> ChatRef {
+        match self.0.split_once(':') {
+            Some((channel, chat)) => ChatRef::new(channel, chat),
+            None => ChatRef::new("cli", self.0.as_str()),
+        }
+    }
+}
+
+impl std::ops::Deref for SessionKey {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for SessionKey {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for SessionKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for SessionKey {
+    fn from(key: String) -> Self {
+        SessionKey(key)
+    }
+}
+
+impl From<&str> for SessionKey {
+    fn from(key: &str) -> Self {
+        SessionKey(key.to_string())
+    }
+}
+
+impl From<SessionKey> for String {
+    fn from(key: SessionKey) -> Self {
+        key.0
+    }
+}
+
+impl PartialEq<str> for SessionKey {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for SessionKey {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+/// Who a message is from. Set by the host where the message is made; the
+/// privileges of a host origin (no `last_chat`, a subagent's routing and
+/// dedup) follow from this, never from a sender name or a metadata key a
+/// client could choose.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Origin {
+    /// A person on a chat, as the platform names them.
+    User { sender: String },
+    /// A scheduled job.
+    Cron { job: String },
+    /// A background subagent's result, answered in the chat it was spawned
+    /// from.
+    Subagent { task_id: String, reply_to: ChatRef },
+    /// An active goal resumed after a restart.
+    GoalResume,
+    /// An internal run (Dream, the heartbeat).
+    Internal,
+    /// An HTTP API request (the client's `user` field, if any).
+    Api {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
+    },
+}
+
+impl Origin {
+    /// A person writing in a chat (the chat can then be written to
+    /// unasked: `last_chat`).
+    pub fn is_person(&self) -> bool {
+        matches!(self, Origin::User { .. })
+    }
+
+    /// The sender name logs and the files show (today's `sender_id`).
+    pub fn sender(&self) -> &str {
+        match self {
+            Origin::User { sender } => sender,
+            Origin::Cron { .. } => "cron",
+            Origin::Subagent { .. } => "subagent",
+            Origin::GoalResume => "goal",
+            Origin::Internal => "internal",
+            Origin::Api { user } => user.as_deref().unwrap_or("api"),
+        }
+    }
+}
+
 /// A message arriving from a channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "wire::Inbound", into = "wire::Inbound")]
 pub struct InboundMessage {
     /// Channel name (`telegram`, `cli`, `system`).
     pub channel: String,
-    /// Who sent it, as the platform names them.
-    pub sender_id: String,
     /// The chat it belongs to.
     pub chat_id: String,
+    /// Who it is from.
+    pub origin: Origin,
     /// The text.
     pub content: String,
     /// When it was sent.
     pub timestamp: DateTime<Utc>,
     /// Attached files, already downloaded by the channel.
-    #[serde(default)]
     pub media: Vec<PathBuf>,
-    /// Platform extras. Keys starting with `_` are internal: see
-    /// [`InboundMessage::from_client`].
-    #[serde(default)]
+    /// Platform extras (`event_id`, `message_id`, `thread`, …) only.
     pub metadata: Map<String, Value>,
     /// Routes the message to another session than `{channel}:{chat_id}`.
-    #[serde(default)]
     pub session_key_override: Option<String>,
+    /// Its row in the durable inbox, once accepted.
+    pub inbox: Option<InboxRef>,
+    /// Session messages an *ephemeral* turn starts from: the session is
+    /// exactly that history and nothing is persisted (the API, when a
+    /// client sends its own history).
+    pub ephemeral_history: Option<Value>,
 }
 
 impl InboundMessage {
-    /// A message with no media or metadata.
+    /// A message from person `sender_id`, with no media or metadata.
     pub fn new(channel: impl Into<String>, sender_id: impl Into<String>, chat_id: impl Into<String>, content: impl Into<String>) -> Self {
+        InboundMessage::from_origin(channel, chat_id, Origin::User { sender: sender_id.into() }, content)
+    }
+
+    /// A message from `origin`, with no media or metadata.
+    pub fn from_origin(channel: impl Into<String>, chat_id: impl Into<String>, origin: Origin, content: impl Into<String>) -> Self {
         InboundMessage {
             channel: channel.into(),
-            sender_id: sender_id.into(),
             chat_id: chat_id.into(),
+            origin,
             content: content.into(),
             timestamp: Utc::now(),
             media: Vec::new(),
             metadata: Map::new(),
             session_key_override: None,
+            inbox: None,
+            ephemeral_history: None,
         }
+    }
+
+    /// The sender name (see [`Origin::sender`]).
+    pub fn sender_id(&self) -> &str {
+        self.origin.sender()
     }
 
     /// Sanitises a message built from client input: internal (`_`) metadata
-    /// keys are removed so a client cannot set host-only flags.
+    /// keys are removed, as are the host's own marks, so a client cannot
+    /// set host-only flags.
     pub fn from_client(mut self) -> Self {
-        self.metadata.retain(|k, _| !k.starts_with('_'));
+        self.metadata.retain(|k, _| !k.starts_with('_') && !RESERVED_KEYS.contains(&k.as_str()));
+        self.inbox = None;
+        self.ephemeral_history = None;
         self
     }
 
-    /// Where a reply goes, as `(channel, chat_id)`: the message's own chat,
-    /// or for a `system` message the chat its `chat_id` names
-    /// (`"<channel>:<chat>"`, `cli` when there is no channel part).
+    /// Where a reply goes: the message's own chat, or for a subagent's
+    /// result the chat it was spawned from.
     pub fn reply_route(&self) -> (String, String) {
-        if self.channel != SYSTEM_CHANNEL {
-            return (self.channel.clone(), self.chat_id.clone());
-        }
-        match self.chat_id.split_once(':') {
-            Some((channel, chat)) => (channel.to_string(), chat.to_string()),
-            None => ("cli".to_string(), self.chat_id.clone()),
+        match &self.origin {
+            Origin::Subagent { reply_to, .. } => (reply_to.channel.clone(), reply_to.chat_id.clone()),
+            _ => (self.channel.clone(), self.chat_id.clone()),
         }
     }
 
     /// `session_key_override`, else `{channel}:{chat_id}`.
     pub fn session_key(&self) -> String {
-        self.session_key_override.clone().unwrap_or_else(|| format!("{}:{}", self.channel, self.chat_id))
+        self.session_key_override.clone().unwrap_or_else(|| SessionKey::of_chat(&self.channel, &self.chat_id).into())
     }
+}
+
+/// The file form of an [`InboundMessage`] (the inbox log): today's
+/// layout, the typed fields written under today's key names in
+/// `metadata`, plus `origin`. A line written before the fields were typed
+/// (no `origin`) is read by the conventions of then.
+mod wire {
+    use super::*;
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct Inbound {
+        channel: String,
+        sender_id: String,
+        chat_id: String,
+        content: String,
+        timestamp: DateTime<Utc>,
+        #[serde(default)]
+        media: Vec<PathBuf>,
+        #[serde(default)]
+        metadata: Map<String, Value>,
+        #[serde(default)]
+        session_key_override: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<Origin>,
+    }
+
+    impl From<InboundMessage> for Inbound {
+        fn from(m: InboundMessage) -> Self {
+            // Only the typed fields write these keys: one that came in as
+            // a platform extra is not carried into the file.
+            let mut metadata = m.metadata;
+            metadata.retain(|k, _| !RESERVED_KEYS.contains(&k.as_str()));
+            if let Some(inbox) = m.inbox {
+                metadata.insert(crate::durable::INBOX_ID.into(), Value::from(inbox.id));
+            }
+            if let Some(history) = m.ephemeral_history {
+                metadata.insert(EPHEMERAL_HISTORY.into(), history);
+            }
+            match &m.origin {
+                Origin::Cron { job } => {
+                    metadata.insert(CRON_JOB.into(), Value::from(job.as_str()));
+                }
+                Origin::Subagent { task_id, .. } => {
+                    metadata.insert(INJECTED_EVENT.into(), Value::from(SUBAGENT_RESULT));
+                    metadata.insert(TASK_ID.into(), Value::from(task_id.as_str()));
+                }
+                _ => {}
+            }
+            Inbound {
+                sender_id: m.origin.sender().to_string(),
+                channel: m.channel,
+                chat_id: m.chat_id,
+                content: m.content,
+                timestamp: m.timestamp,
+                media: m.media,
+                metadata,
+                session_key_override: m.session_key_override,
+                origin: Some(m.origin),
+            }
+        }
+    }
+
+    impl From<Inbound> for InboundMessage {
+        fn from(w: Inbound) -> Self {
+            let mut metadata = w.metadata;
+            let text = |v: Option<Value>| v.and_then(|v| v.as_str().map(str::to_string));
+            let inbox = metadata.remove(crate::durable::INBOX_ID).and_then(|v| v.as_u64()).map(|id| InboxRef { id });
+            let ephemeral_history = metadata.remove(EPHEMERAL_HISTORY);
+            let job = text(metadata.remove(CRON_JOB));
+            let event = text(metadata.remove(INJECTED_EVENT));
+            let task = text(metadata.remove(TASK_ID));
+            metadata.remove("origin");
+            let origin = w.origin.unwrap_or_else(|| legacy_origin(&w.channel, &w.sender_id, &w.chat_id, job, event, task));
+            InboundMessage {
+                channel: w.channel,
+                chat_id: w.chat_id,
+                origin,
+                content: w.content,
+                timestamp: w.timestamp,
+                media: w.media,
+                metadata,
+                session_key_override: w.session_key_override,
+                inbox,
+                ephemeral_history,
+            }
+        }
+    }
+
+    /// An outbox reply as written: a reply recorded before [`Reply`] was
+    /// typed kept its details in `metadata` (`_stop_reason`, `usage`,
+    /// `_failed`, `_via_message_tool`, `_goal_continuation`, `latency_ms`);
+    /// they are moved into the kind on reading.
+    #[derive(Deserialize)]
+    pub(super) struct Outbound {
+        channel: String,
+        chat_id: String,
+        content: String,
+        #[serde(default)]
+        reply_to: Option<String>,
+        #[serde(default)]
+        media: Vec<PathBuf>,
+        #[serde(default)]
+        metadata: Map<String, Value>,
+        kind: OutboundKind,
+    }
+
+    impl From<Outbound> for OutboundMessage {
+        fn from(w: Outbound) -> Self {
+            let (mut metadata, mut kind) = (w.metadata, w.kind);
+            if let OutboundKind::Message(reply) = &mut kind {
+                let flag = |v: Option<Value>| v.and_then(|v| v.as_bool()).unwrap_or(false);
+                if let Some(stop) = metadata.remove("_stop_reason").and_then(|v| serde_json::from_value(v).ok()) {
+                    reply.stop.get_or_insert(stop);
+                }
+                if let Some(usage) = metadata.remove("usage").and_then(|v| serde_json::from_value(v).ok()) {
+                    reply.usage.get_or_insert(usage);
+                }
+                if let Some(ms) = metadata.remove("latency_ms").and_then(|v| v.as_u64()) {
+                    reply.latency_ms.get_or_insert(ms);
+                }
+                reply.failed |= flag(metadata.remove("_failed"));
+                reply.via_tool |= flag(metadata.remove("_via_message_tool"));
+                reply.interim |= flag(metadata.remove("_goal_continuation"));
+            }
+            OutboundMessage { channel: w.channel, chat_id: w.chat_id, content: w.content, reply_to: w.reply_to, media: w.media, metadata, kind, ack: DeliveryAck::default(), stream: StreamLink::default() }
+        }
+    }
+
+    /// Who a line written before `origin` existed is from, by the
+    /// conventions of then: the marks only the host set (`_cron_job`; a
+    /// `system` message with a subagent's result) or a host sender name.
+    fn legacy_origin(channel: &str, sender: &str, chat_id: &str, job: Option<String>, event: Option<String>, task: Option<String>) -> Origin {
+        match (sender, job, event.as_deref(), task) {
+            (_, _, Some(SUBAGENT_RESULT), Some(task_id)) if channel == SYSTEM_CHANNEL => {
+                Origin::Subagent { task_id, reply_to: SessionKey::new(chat_id).chat_hint() }
+            }
+            ("cron", Some(job), _, _) => Origin::Cron { job },
+            ("goal", ..) => Origin::GoalResume,
+            ("internal", ..) => Origin::Internal,
+            _ if channel == "api" => Origin::Api { user: (sender != "api").then(|| sender.to_string()) },
+            _ => Origin::User { sender: sender.to_string() },
+        }
+    }
+}
+
+/// How a turn's run ended, as its reply reports it (nanobot's
+/// `_stop_reason`). Internal runs (Dream, the heartbeat) decide on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model answered.
+    Completed,
+    /// `max_iterations` was reached.
+    MaxIterations,
+    /// The provider failed (or the turn did).
+    Error,
+    /// A tool failed in a way that ended the run.
+    ToolError,
+    /// The model gave no answer even after the recovery requests.
+    EmptyFinalResponse,
+    /// `/stop` (or a shutdown) stopped it.
+    Stopped,
+    /// A slash command answered; no run.
+    Command,
+}
+
+impl StopReason {
+    /// The word a front end or a log shows (`completed`, `max_iterations`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Completed => "completed",
+            StopReason::MaxIterations => "max_iterations",
+            StopReason::Error => "error",
+            StopReason::ToolError => "tool_error",
+            StopReason::EmptyFinalResponse => "empty_final_response",
+            StopReason::Stopped => "stopped",
+            StopReason::Command => "command",
+        }
+    }
+}
+
+impl From<crate::agent::runner::StopReason> for StopReason {
+    fn from(reason: crate::agent::runner::StopReason) -> Self {
+        use crate::agent::runner::StopReason as Run;
+        match reason {
+            Run::Completed => StopReason::Completed,
+            Run::MaxIterations => StopReason::MaxIterations,
+            Run::Error => StopReason::Error,
+            Run::ToolError => StopReason::ToolError,
+            Run::EmptyFinalResponse => StopReason::EmptyFinalResponse,
+        }
+    }
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A turn's token usage, when the provider reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// What a [`OutboundKind::Message`] is, beyond its text: typed, so no
+/// front end parses it back out of `metadata`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// Its text already went out as deltas, so a channel must not send it
+    /// again.
+    pub streamed: bool,
+    /// How the run ended (a turn's reply; none on notices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<StopReason>,
+    /// The turn's token usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TokenUsage>,
+    /// The apology of a failed turn, so a front end can tell a failure
+    /// from a reply (the API answers 500).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
+    /// Sent by the `message` tool (the CLI prints these before the reply).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub via_tool: bool,
+    /// An interim answer of a sustained goal: the turn goes on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interim: bool,
+    /// User-perceived latency of the turn, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+}
+
+/// The phase of a tool call a [`ToolProgress`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolPhase {
+    /// The call started; the content is `name(arguments preview)`.
+    Started,
+    /// The plugin's `host.progress` text is the content.
+    Progress,
+    /// The call ended (no content); `ok` says how.
+    Finished,
+}
+
+impl ToolPhase {
+    /// `started`, `progress`, `finished`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolPhase::Started => "started",
+            ToolPhase::Progress => "progress",
+            ToolPhase::Finished => "finished",
+        }
+    }
+}
+
+/// A tool call's progress (see `agent::responder`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolProgress {
+    /// The tool's name.
+    pub tool: String,
+    /// The model's call id (clipped).
+    pub call_id: String,
+    pub phase: ToolPhase,
+    /// At [`ToolPhase::Finished`]: whether the call produced a result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
 }
 
 /// What an outbound event carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum OutboundKind {
-    /// A reply to show. `streamed` means its text already went out as
-    /// deltas, so a channel must not send it again.
-    Message { streamed: bool },
-    /// A progress or tool hint ("running read_file").
+    /// A reply, a notice or an interim answer to show.
+    Message(Reply),
+    /// The turn's own "running" hint.
     Progress,
+    /// A tool call started, reported progress, or finished.
+    Tool(ToolProgress),
     /// A piece of streamed reply text.
     StreamDelta,
     /// The streamed reply is complete.
@@ -139,8 +573,29 @@ pub enum OutboundKind {
     TurnEnd,
 }
 
+impl OutboundKind {
+    /// A plain message (a notice, or a reply with nothing more to say).
+    pub fn message(streamed: bool) -> Self {
+        OutboundKind::Message(Reply { streamed, ..Reply::default() })
+    }
+
+    /// The reply details when this is a message.
+    pub fn reply(&self) -> Option<&Reply> {
+        match self {
+            OutboundKind::Message(reply) => Some(reply),
+            _ => None,
+        }
+    }
+
+    /// The apology of a failed turn.
+    pub fn is_failure(&self) -> bool {
+        self.reply().is_some_and(|r| r.failed)
+    }
+}
+
 /// A message or event for a channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "wire::Outbound")]
 pub struct OutboundMessage {
     /// Target channel.
     pub channel: String,
@@ -154,7 +609,8 @@ pub struct OutboundMessage {
     /// Files to send.
     #[serde(default)]
     pub media: Vec<PathBuf>,
-    /// Extras, e.g. `latency_ms` on a reply.
+    /// Platform extras only (e.g. the thread); what the host itself says
+    /// about the event is typed in `kind`.
     #[serde(default)]
     pub metadata: Map<String, Value>,
     /// What this is.
@@ -268,7 +724,7 @@ impl OutboundMessage {
             reply_to: None,
             media: Vec::new(),
             metadata: Map::new(),
-            kind: OutboundKind::Message { streamed: false },
+            kind: OutboundKind::message(false),
             ack: DeliveryAck::default(),
             stream: StreamLink::default(),
         }
@@ -404,9 +860,15 @@ mod tests {
         assert_eq!(m.session_key(), "shared");
         m.metadata.insert("_command".into(), Value::Bool(true));
         m.metadata.insert("message_id".into(), Value::from(7));
-        let system = InboundMessage::new(SYSTEM_CHANNEL, "subagent", "telegram:42", "done");
+        // A subagent's result is answered in the chat its typed origin
+        // names; the chat id is not parsed.
+        let from = |channel: &str, chat: &str| Origin::Subagent { task_id: "t1".into(), reply_to: ChatRef::new(channel, chat) };
+        let system = InboundMessage::from_origin(SYSTEM_CHANNEL, "telegram:42", from("telegram", "42"), "done");
         assert_eq!(system.reply_route(), ("telegram".to_string(), "42".to_string()));
-        assert_eq!(InboundMessage::new(SYSTEM_CHANNEL, "x", "direct", "").reply_route(), ("cli".to_string(), "direct".to_string()));
+        assert_eq!(InboundMessage::from_origin(SYSTEM_CHANNEL, "direct", from("cli", "direct"), "").reply_route(), ("cli".to_string(), "direct".to_string()));
+        // A person's message shaped like one stays in its own chat.
+        let spoof = InboundMessage::new(SYSTEM_CHANNEL, "subagent", "telegram:42", "done");
+        assert_eq!(spoof.reply_route(), (SYSTEM_CHANNEL.to_string(), "telegram:42".to_string()));
         let clean = m.from_client();
         assert!(!clean.metadata.contains_key("_command"), "internal keys are not accepted from clients");
         assert!(clean.metadata.contains_key("message_id"));
@@ -434,6 +896,94 @@ mod tests {
         let taken = bus.consume_inbound().await.unwrap();
         assert_ne!(InboxRef::of(&taken), Some(row), "a client cannot claim another message's row");
         assert_eq!(bus.inbox().unwrap().open_rows().len(), 2);
+    }
+
+    /// An inbox log and a session file as the untyped bus wrote them
+    /// (lines written by hand from what that code serialised): every mark
+    /// comes back typed, platform extras stay in `metadata`, and an old
+    /// outbox reply keeps its stop reason, usage and flags.
+    #[test]
+    fn inbox_lines_and_session_files_of_the_untyped_format_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox_dir = dir.path().join("inbox");
+        std::fs::create_dir_all(&inbox_dir).unwrap();
+        let ts = "2026-12-01T10:00:00Z";
+        let lines = [
+            format!(r#"{{"t":"a","id":1,"at":"{ts}","dedup":"ch:telegram:upd-9","msg":{{"channel":"telegram","sender_id":"7","chat_id":"42","content":"hello","timestamp":"{ts}","media":[],"metadata":{{"event_id":"upd-9","thread":"3","_inbox_id":1}},"session_key_override":null}}}}"#),
+            format!(r#"{{"t":"a","id":2,"at":"{ts}","msg":{{"channel":"system","sender_id":"subagent","chat_id":"telegram:42","content":"[Subagent 'p' completed successfully]","timestamp":"{ts}","media":[],"metadata":{{"injected_event":"subagent_result","subagent_task_id":"ab12cd34","_inbox_id":2}},"session_key_override":"telegram:42"}}}}"#),
+            format!(r#"{{"t":"a","id":3,"at":"{ts}","msg":{{"channel":"telegram","sender_id":"cron","chat_id":"42","content":"[Scheduled task]","timestamp":"{ts}","media":[],"metadata":{{"_cron_job":"j1","_inbox_id":3}},"session_key_override":"telegram:42"}}}}"#),
+            format!(r#"{{"t":"a","id":4,"at":"{ts}","msg":{{"channel":"api","sender_id":"api","chat_id":"abc","content":"q","timestamp":"{ts}","media":[],"metadata":{{"_ephemeral_history":[{{"role":"user","content":"earlier"}}],"_inbox_id":4}},"session_key_override":"api:ephemeral:abc"}}}}"#),
+            format!(r#"{{"t":"a","id":5,"at":"{ts}","msg":{{"channel":"telegram","sender_id":"goal","chat_id":"42","content":"resume","timestamp":"{ts}","media":[],"metadata":{{"_inbox_id":5}},"session_key_override":"telegram:42"}}}}"#),
+            r#"{"t":"r","id":1}"#.to_string(),
+            r#"{"t":"d","id":1,"reply":{"channel":"telegram","chat_id":"42","content":"hi back","reply_to":null,"media":[],"metadata":{"thread":"3","_stop_reason":"completed","latency_ms":5,"usage":{"prompt_tokens":10,"completion_tokens":2}},"kind":{"kind":"message","streamed":true}},"delivered":false}"#.to_string(),
+        ];
+        std::fs::write(inbox_dir.join("inbox.log"), lines.join("\n") + "\n").unwrap();
+        let inbox = Inbox::open(&inbox_dir, crate::durable::FsyncPolicy::Batch).unwrap();
+        let rows = inbox.open_rows();
+        let msg = |id: u64| rows.iter().find(|r| r.id == id).map(|r| r.msg.clone()).unwrap_or_else(|| panic!("row {id}: {rows:?}"));
+        assert_eq!(rows.len(), 4, "{rows:?}");
+        let subagent = msg(2);
+        assert_eq!(subagent.origin, Origin::Subagent { task_id: "ab12cd34".into(), reply_to: ChatRef::new("telegram", "42") });
+        assert_eq!(subagent.reply_route(), ("telegram".to_string(), "42".to_string()));
+        assert_eq!((subagent.inbox, subagent.metadata.len()), (Some(InboxRef { id: 2 }), 0), "marks leave the metadata");
+        assert_eq!(msg(3).origin, Origin::Cron { job: "j1".into() });
+        let api = msg(4);
+        assert_eq!(api.origin, Origin::Api { user: None });
+        assert_eq!(api.ephemeral_history, Some(serde_json::json!([{"role": "user", "content": "earlier"}])));
+        assert_eq!(msg(5).origin, Origin::GoalResume);
+        let (id, reply) = inbox.undelivered().pop().expect("the undelivered reply");
+        assert_eq!(id, 1);
+        let expected = Reply { streamed: true, stop: Some(StopReason::Completed), usage: Some(TokenUsage { prompt_tokens: 10, completion_tokens: 2 }), latency_ms: Some(5), ..Reply::default() };
+        assert_eq!(reply.kind, OutboundKind::Message(expected));
+        assert_eq!(reply.metadata.keys().collect::<Vec<_>>(), ["thread"], "only the platform extra stays");
+        drop(inbox);
+        // Written back (compaction rewrote the log on open) and read again:
+        // the same typed rows.
+        let again = Inbox::open(&inbox_dir, crate::durable::FsyncPolicy::Batch).unwrap();
+        assert_eq!(again.open_rows(), rows);
+
+        // A session file with every mark of today's rows.
+        let sessions = dir.path().join("sessions");
+        std::fs::create_dir_all(&sessions).unwrap();
+        let store = crate::session::JsonlStore::new(&sessions);
+        let path = store.path_of("telegram:42");
+        let file = [
+            r#"{"_type":"metadata","key":"telegram:42","created_at":"2026-12-01T10:00:00Z","updated_at":"2026-12-01T10:00:00Z","metadata":{},"last_consolidated":0}"#,
+            r#"{"role":"user","content":"/new","_command":true,"timestamp":"2026-12-01T10:00:00Z","_inbox_id":1}"#,
+            r#"{"role":"assistant","content":"Heartbeat says hi","_channel_delivery":true}"#,
+            r#"{"role":"user","content":"[Goal continuation] go on","_goal_continuation":true}"#,
+            r#"{"role":"user","content":"[Subagent 'p' completed successfully]","injected_event":"subagent_result","subagent_task_id":"ab12cd34","media":["/w/a.png"]}"#,
+        ];
+        std::fs::write(&path, file.join("\n") + "\n").unwrap();
+        let session = crate::session::SessionStore::load(&store, "telegram:42").unwrap();
+        assert_eq!(session.messages.len(), 4, "{:?}", session.messages);
+        assert!(crate::agent::subagents::already_delivered(&session, "ab12cd34"), "the task id mark is read back");
+        assert_eq!(session.messages[0].meta.get(crate::durable::INBOX_ID), Some(&Value::from(1)));
+        assert_eq!(session.messages[1].meta.get(crate::session::CHANNEL_DELIVERY), Some(&Value::Bool(true)));
+        assert_eq!(session.messages[2].meta.get(crate::agent::goals::GOAL_CONTINUATION), Some(&Value::Bool(true)));
+        assert_eq!(session.messages[3].meta.get("media"), Some(&serde_json::json!(["/w/a.png"])));
+    }
+
+    /// A client that writes the host's marks into its own message (as a
+    /// channel's metadata, or a message object it builds) gets a plain
+    /// message of its own chat: the marks are dropped on the way in and
+    /// never written to the inbox as marks.
+    #[test]
+    fn reserved_marks_from_a_client_are_not_host_marks() {
+        let mut spoof = InboundMessage::new("web", "mallory", "room1", "hi");
+        for (key, value) in [("_inbox_id", Value::from(1)), ("_cron_job", "j1".into()), ("injected_event", "subagent_result".into()), ("subagent_task_id", "ab12cd34".into()), ("origin", serde_json::json!({"kind": "internal"})), ("_ephemeral_history", serde_json::json!([]))] {
+            spoof.metadata.insert(key.into(), value);
+        }
+        // Even without `from_client`, the file form does not carry them as marks.
+        let line = serde_json::to_value(&spoof).unwrap();
+        let back: InboundMessage = serde_json::from_value(line.clone()).unwrap();
+        assert_eq!(back.origin, Origin::User { sender: "mallory".into() }, "{line}");
+        assert_eq!((back.inbox, back.ephemeral_history.is_some()), (None, false), "{line}");
+        assert!(back.metadata.is_empty(), "{line}");
+        let clean = spoof.from_client();
+        assert!(clean.metadata.is_empty());
+        assert_eq!(clean.reply_route(), ("web".to_string(), "room1".to_string()));
+        assert_eq!(clean.session_key(), "web:room1");
     }
 
     #[tokio::test]

@@ -248,7 +248,7 @@ pub async fn next_reply(t: &TestAgent) -> String {
             .await
             .expect("a reply in time")
             .expect("bus open");
-        if let chitin::bus::OutboundKind::Message { .. } = message.kind {
+        if let chitin::bus::OutboundKind::Message(_) = message.kind {
             return message.content;
         }
     }

@@ -27,7 +27,7 @@ use super::pending::{KeepAlive, PendingQueue};
 use super::turn::{self, FollowUp, RunScope, TurnContext, TurnError, materialize_checkpoint};
 use super::responder::BusResponder;
 use super::sink::TurnSink;
-use crate::bus::{InboundMessage, OutboundMessage, SYSTEM_CHANNEL};
+use crate::bus::{InboundMessage, Origin, OutboundKind, OutboundMessage, Reply, SYSTEM_CHANNEL, SessionKey, StopReason};
 use crate::durable::{InboxRef, MAX_ATTEMPTS};
 
 /// How long `run` waits on the bus before doing housekeeping.
@@ -62,6 +62,15 @@ pub struct InternalRun {
     pub sink: Arc<dyn TurnSink>,
 }
 
+/// What [`AgentLoop::run_internal`] returns: the run's answer and how
+/// the run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InternalReply {
+    /// The final answer (empty when a `message` tool answered instead).
+    pub text: String,
+    pub stop: StopReason,
+}
+
 /// How a turn ended, for the caller of `process`.
 pub enum TurnOutcome {
     /// It ran to DONE; the context holds the reply and the trace.
@@ -81,14 +90,6 @@ pub struct AgentLoop {
     /// handed over to the next start, not answered.
     shutting_down: Arc<AtomicBool>,
 }
-
-/// Channels whose chats cannot take a message nobody asked for: internal
-/// messages, and the API (a reply goes only to the request that asked).
-const NOT_A_CHAT: [&str; 2] = [SYSTEM_CHANNEL, "api"];
-
-/// Senders that are the host, not a person (cron jobs, goal resumes,
-/// subagents, internal runs).
-const HOST_SENDERS: [&str; 4] = [crate::cron::CRON_SENDER, "goal", super::subagents::SUBAGENT_SENDER, "internal"];
 
 impl AgentLoop {
     /// A loop over `core`.
@@ -196,8 +197,8 @@ impl AgentLoop {
             });
         }
         for (key, goal) in &found {
-            let (channel, chat_id) = key.split_once(':').unwrap_or(("cli", key.as_str()));
-            let mut message = InboundMessage::new(channel, "goal", chat_id, super::goals::resume_message(goal));
+            let chat = SessionKey::new(key.as_str()).chat_hint();
+            let mut message = InboundMessage::from_origin(chat.channel, chat.chat_id, Origin::GoalResume, super::goals::resume_message(goal));
             message.session_key_override = Some(key.clone());
             tracing::info!(session = %key, "resuming an interrupted goal");
             self.core.bus.publish_inbound(message);
@@ -237,8 +238,8 @@ impl AgentLoop {
             let Some(_serial) = self.core.locks.try_lock(&key) else { continue };
             let Ok(mut session) = self.core.sessions.load(&key) else { continue };
             if self.core.auto_compact.is_expired(&session) {
-                let (channel, chat_id) = key.split_once(':').unwrap_or(("", key.as_str()));
-                let prompt = self.core.system_prompt(channel, chat_id, &key, None);
+                let chat = SessionKey::new(key.as_str()).chat_hint();
+                let prompt = self.core.system_prompt(&chat.channel, &chat.chat_id, &key, None);
                 match self.core.auto_compact.compact(&mut session, &prompt).await {
                     Ok(_) => match self.core.sessions.save(&mut session) {
                         Ok(()) => compacted += 1,
@@ -273,11 +274,14 @@ impl AgentLoop {
 
     fn accept(&self, message: InboundMessage, tasks: &mut JoinSet<()>) {
         let key = message.session_key();
-        if !NOT_A_CHAT.contains(&message.channel.as_str()) && !HOST_SENDERS.contains(&message.sender_id.as_str()) {
+        // Only a person's chat can take a message nobody asked for: not the
+        // host's own messages, not the API (a reply goes only to the
+        // request that asked), whatever their sender is called.
+        if message.origin.is_person() && message.channel != SYSTEM_CHANNEL {
             self.core.last_chat.set(&message.channel, &message.chat_id);
         }
         // A `system` message (a subagent's result) is never a command.
-        let system = message.channel == SYSTEM_CHANNEL;
+        let system = matches!(message.origin, Origin::Subagent { .. }) || message.channel == SYSTEM_CHANNEL;
         if !system && commands::is_priority(&message.content) {
             self.answer_priority(&message, &key);
             return;
@@ -448,8 +452,9 @@ impl AgentLoop {
     /// the same lock as bus messages, its output going to `sink` only. Used
     /// by the CLI.
     pub async fn process_direct(&self, content: &str, session_key: &str, sink: Arc<dyn TurnSink>) -> TurnOutcome {
-        let (channel, chat_id) = session_key.split_once(':').unwrap_or(("cli", session_key));
-        let mut message = InboundMessage::new(channel, "user", chat_id, content);
+        // The key is what the person typed (`--session telegram:42`).
+        let chat = SessionKey::new(session_key).chat_hint();
+        let mut message = InboundMessage::new(chat.channel, "user", chat.chat_id, content);
         message.session_key_override = Some(session_key.to_string());
         // On a durable bus (the interactive `chitin agent`) the message is
         // accepted like any other, so a restart finishes it.
@@ -468,35 +473,28 @@ impl AgentLoop {
     /// Runs an internal turn (nanobot's `process_direct(..., ephemeral=True)`,
     /// used by Dream and the heartbeat): nothing is persisted (no session
     /// file, no checkpoint, no consolidation), its output goes to
-    /// `run.sink` only, and the returned reply always carries
-    /// [`crate::bus::STOP_REASON`] (`completed`, `max_iterations`, `error`,
-    /// `stopped`, …), also when the turn was stopped or failed. Its tools
-    /// and iteration limit are `run.scope`'s. The reply is returned, not
-    /// published: the caller decides where it goes.
+    /// `run.sink` only, and the returned reply always says how the run
+    /// ended ([`InternalReply::stop`]: `Completed`, `MaxIterations`,
+    /// `Error`, `Stopped`, …), also when the turn was stopped or failed. Its
+    /// tools and iteration limit are `run.scope`'s. The reply is returned,
+    /// not published: the caller decides where it goes.
     ///
     /// Boxed, as a `Send` future: `/dream` runs Dream from inside
     /// `process`, and Dream runs this, so the future types would otherwise
     /// contain themselves.
-    pub fn run_internal(&self, run: InternalRun) -> std::pin::Pin<Box<dyn Future<Output = OutboundMessage> + Send + '_>> {
+    pub fn run_internal(&self, run: InternalRun) -> std::pin::Pin<Box<dyn Future<Output = InternalReply> + Send + '_>> {
         Box::pin(self.run_internal_inner(run))
     }
 
-    async fn run_internal_inner(&self, run: InternalRun) -> OutboundMessage {
-        let mut message = InboundMessage::new(&run.channel, "internal", &run.chat_id, run.content);
+    async fn run_internal_inner(&self, run: InternalRun) -> InternalReply {
+        let mut message = InboundMessage::from_origin(&run.channel, &run.chat_id, Origin::Internal, run.content);
         message.session_key_override = Some(run.session_key);
-        let (channel, chat_id) = (run.channel, run.chat_id);
-        let outcome = self.process_scoped(message, run.sink, Some(run.scope)).await;
-        let (mut reply, reason) = match outcome {
-            TurnOutcome::Done(mut ctx) => {
-                let reason = ctx.stop_reason_text();
-                // A `message` tool answered the chat itself: an empty reply.
-                (ctx.outbound.take().unwrap_or_else(|| OutboundMessage::reply(&channel, &chat_id, "")), reason)
-            }
-            TurnOutcome::Cancelled => (OutboundMessage::reply(&channel, &chat_id, STOPPED_TEXT), "stopped".to_string()),
-            TurnOutcome::Failed(e) => (OutboundMessage::reply(&channel, &chat_id, format!("The internal run failed: {e}")), "error".to_string()),
-        };
-        reply.metadata.insert(crate::bus::STOP_REASON.into(), reason.into());
-        reply
+        match self.process_scoped(message, run.sink, Some(run.scope)).await {
+            // A `message` tool answered the chat itself: an empty reply.
+            TurnOutcome::Done(ctx) => InternalReply { text: ctx.outbound.as_ref().map(|o| o.content.clone()).unwrap_or_default(), stop: ctx.stop() },
+            TurnOutcome::Cancelled => InternalReply { text: STOPPED_TEXT.to_string(), stop: StopReason::Stopped },
+            TurnOutcome::Failed(e) => InternalReply { text: format!("The internal run failed: {e}"), stop: StopReason::Error },
+        }
     }
 
     /// Runs one turn under the session lock and the global semaphore; its
@@ -607,7 +605,7 @@ impl AgentLoop {
                 let report = self.core.dream.run(self, super::dream::Trigger::Manual).await;
                 let (channel, chat_id) = ctx.inbound.reply_route();
                 let mut reply = OutboundMessage::reply(channel, chat_id, report.text);
-                reply.metadata.insert(crate::bus::STOP_REASON.into(), report.stop_reason.unwrap_or_else(|| "command".into()).into());
+                reply.kind = OutboundKind::Message(Reply { stop: Some(report.stop_reason.unwrap_or(StopReason::Command)), ..Reply::default() });
                 ctx.outbound = Some(reply);
                 TurnOutcome::Done(ctx)
             }

@@ -25,12 +25,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::agent_loop::{AgentLoop, InternalRun};
 use super::turn::RunScope;
-use crate::bus::{OutboundMessage, STOP_REASON};
+use crate::bus::{OutboundKind, OutboundMessage, Reply, StopReason};
 use crate::compact::Clock;
 use crate::workspace::Workspace;
 
@@ -196,17 +195,16 @@ pub async fn beat(agent: &AgentLoop, now: DateTime<Utc>) -> Option<OutboundMessa
         sink: super::sink::silent(),
     };
     let reply = agent.run_internal(run).await;
-    let reason = reply.metadata.get(STOP_REASON).and_then(Value::as_str).unwrap_or("error").to_string();
-    if !matches!(reason.as_str(), "completed" | "max_iterations") {
-        tracing::warn!(stop_reason = %reason, "heartbeat run did not complete: {}", reply.content);
+    if !matches!(reply.stop, StopReason::Completed | StopReason::MaxIterations) {
+        tracing::warn!(stop_reason = %reply.stop, "heartbeat run did not complete: {}", reply.text);
         return None;
     }
-    if reply.content.trim().is_empty() || reply.content.contains(HEARTBEAT_OK) {
+    if reply.text.trim().is_empty() || reply.text.contains(HEARTBEAT_OK) {
         tracing::debug!("heartbeat: nothing needed attention");
         return None;
     }
-    let mut message = OutboundMessage::reply(&channel, &chat_id, reply.content);
-    message.metadata.insert(STOP_REASON.into(), reason.into());
+    let mut message = OutboundMessage::reply(&channel, &chat_id, reply.text);
+    message.kind = OutboundKind::Message(Reply { stop: Some(reply.stop), ..Reply::default() });
     tracing::info!(channel = %channel, "heartbeat: delivering the result");
     core.bus.publish_outbound(message.clone());
     agent.record_delivery(&channel, &chat_id, &message.content).await;

@@ -40,4 +40,4 @@ pub use responder::BusResponder;
 pub use runner::{AgentRunResult, AgentRunSpec, AgentRunner, StopReason};
 pub use sink::TurnSink;
 pub use turn::{RunScope, StateTraceEntry, TurnContext, TurnState};
-pub use agent_loop::InternalRun;
+pub use agent_loop::{InternalReply, InternalRun};

@@ -128,17 +128,15 @@ pub fn user_message(inbound: &InboundMessage) -> Message {
     let mut message = Message::user(text).with_meta("timestamp", inbound.timestamp.to_rfc3339());
     // A subagent's announcement keeps its task id, so the session holds it
     // once (see `agent::subagents::already_delivered`).
-    for key in [crate::agent::subagents::INJECTED_EVENT, crate::agent::subagents::TASK_ID] {
-        if let Some(value) = inbound.metadata.get(key).filter(|_| inbound.channel == crate::bus::SYSTEM_CHANNEL) {
-            message = message.with_meta(key, value.clone());
-        }
+    if let Some(task_id) = crate::agent::subagents::task_id(inbound) {
+        message = message.with_meta(crate::bus::INJECTED_EVENT, crate::bus::SUBAGENT_RESULT).with_meta(crate::bus::TASK_ID, task_id);
     }
     if !images.is_empty() {
         message = message.with_meta("media", images);
     }
     // Its inbox row, so a restart can tell which turn a persisted message
     // belongs to (`turn::commit::injected_ids`, RESTORE's resume).
-    if let Some(inbox) = crate::durable::InboxRef::of(inbound) {
+    if let Some(inbox) = inbound.inbox {
         message = message.with_meta(crate::durable::INBOX_ID, inbox.id);
     }
     message

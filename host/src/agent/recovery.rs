@@ -67,7 +67,7 @@ impl AgentLoop {
         let Some(inbox) = core.bus.inbox().cloned() else { return report };
         for (id, mut reply) in inbox.undelivered() {
             reply.ack = delivery_ack(&inbox, id);
-            if matches!(reply.kind, crate::bus::OutboundKind::Message { streamed: true }) {
+            if reply.kind.reply().is_some_and(|r| r.streamed) {
                 reply.stream = super::responder::stream_link(&inbox, id);
             }
             core.bus.publish_outbound(reply);
@@ -94,7 +94,7 @@ impl AgentLoop {
                                 if needs_mark {
                                     reply.ack = delivery_ack(&inbox, id);
                                 }
-                                if matches!(reply.kind, crate::bus::OutboundKind::Message { streamed: true }) {
+                                if reply.kind.reply().is_some_and(|r| r.streamed) {
                                     reply.stream = super::responder::stream_link(&inbox, id);
                                 }
                                 core.bus.publish_outbound(reply);

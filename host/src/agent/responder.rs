@@ -6,10 +6,9 @@
 //! - the start of the run: `Progress` "running";
 //! - reply text: `StreamDelta` (only when `[agent] stream` is on);
 //! - a tool starting, its plugin's `host.progress` texts, and its end:
-//!   `Progress` with the metadata of [`crate::bus::PROGRESS_TOOL`]
-//!   (`tool`, `call_id`, `phase`, and `ok` at the end);
-//! - an interim answer of a sustained goal: a reply `Message` marked
-//!   `_goal_continuation` (after `StreamEnd` when streamed);
+//!   [`OutboundKind::Tool`] (`tool`, `call_id`, `phase`, and `ok` at the end);
+//! - an interim answer of a sustained goal: a `Message` with
+//!   [`crate::bus::Reply::interim`] (after `StreamEnd` when streamed);
 //! - the outcome ([`BusResponder::finish`]): `StreamEnd` after a streamed
 //!   reply, the reply (or the apology of a failed turn), then `TurnEnd`,
 //!   always last, so a front end knows the turn is over.
@@ -21,7 +20,7 @@ use serde_json::{Map, Value};
 use super::agent_loop::{APOLOGY, POISON_TEXT, TurnOutcome};
 use super::turn::TurnError;
 use super::sink::{TurnSink, args_preview, tool_name};
-use crate::bus::{self, DeliveryAck, InboundMessage, MessageBus, OutboundKind, OutboundMessage};
+use crate::bus::{self, DeliveryAck, InboundMessage, MessageBus, OutboundKind, OutboundMessage, Reply, StopReason, ToolPhase, ToolProgress};
 use crate::session::ToolCall;
 
 /// Publishes one turn's output on the bus.
@@ -51,7 +50,7 @@ impl BusResponder {
 
     fn publish(&self, kind: OutboundKind, content: impl Into<String>, metadata: Map<String, Value>) {
         let mut event = OutboundMessage::reply(&self.channel, &self.chat_id, content);
-        if matches!(kind, OutboundKind::StreamDelta | OutboundKind::Message { streamed: true }) {
+        if matches!(kind, OutboundKind::StreamDelta) || kind.reply().is_some_and(|r| r.streamed) {
             event.stream = self.link.clone();
         }
         event.kind = kind;
@@ -62,15 +61,9 @@ impl BusResponder {
         self.bus.publish_outbound(event);
     }
 
-    fn tool_event(&self, call: &ToolCall, phase: &str, content: String, ok: Option<bool>) {
-        let mut metadata = Map::new();
-        metadata.insert(bus::PROGRESS_TOOL.into(), Value::from(tool_name(call)));
-        metadata.insert(bus::PROGRESS_CALL_ID.into(), Value::from(crate::text::clip_for_terminal(&call.id, 64, "id")));
-        metadata.insert(bus::PROGRESS_PHASE.into(), Value::from(phase));
-        if let Some(ok) = ok {
-            metadata.insert(bus::PROGRESS_OK.into(), Value::Bool(ok));
-        }
-        self.publish(OutboundKind::Progress, content, metadata);
+    fn tool_event(&self, call: &ToolCall, phase: ToolPhase, content: String, ok: Option<bool>) {
+        let progress = ToolProgress { tool: tool_name(call).to_string(), call_id: crate::text::clip_for_terminal(&call.id, 64, "id"), phase, ok };
+        self.publish(OutboundKind::Tool(progress), content, Map::new());
     }
 
     /// Publishes how the turn ended: the reply (after `StreamEnd` when it
@@ -87,7 +80,7 @@ impl BusResponder {
             TurnOutcome::Done(ctx) => {
                 if let Some(reply) = &ctx.outbound {
                     let mut reply = reply.clone();
-                    if self.stream && matches!(reply.kind, OutboundKind::Message { streamed: true }) {
+                    if self.stream && reply.kind.reply().is_some_and(|r| r.streamed) {
                         self.publish(OutboundKind::StreamEnd, "", Map::new());
                         reply.stream = self.link.clone();
                     }
@@ -131,7 +124,7 @@ fn apology_to(channel: &str, chat_id: &str, thread: Option<&Value>, error: &Turn
         _ => APOLOGY.to_string(),
     };
     let mut apology = OutboundMessage::reply(channel, chat_id, text);
-    apology.metadata.insert(bus::TURN_FAILED.into(), Value::Bool(true));
+    apology.kind = OutboundKind::Message(Reply { failed: true, stop: Some(StopReason::Error), ..Reply::default() });
     if let Some(thread) = thread {
         apology.metadata.insert(bus::THREAD.into(), thread.clone());
     }
@@ -163,32 +156,30 @@ impl TurnSink for BusResponder {
     }
 
     fn tool_started(&self, call: &ToolCall) {
-        self.tool_event(call, "started", format!("{}({})", tool_name(call), args_preview(call)), None);
+        self.tool_event(call, ToolPhase::Started, format!("{}({})", tool_name(call), args_preview(call)), None);
     }
 
     fn tool_progress(&self, call: &ToolCall, text: &str) {
-        self.tool_event(call, "progress", text.to_string(), None);
+        self.tool_event(call, ToolPhase::Progress, text.to_string(), None);
     }
 
     fn tool_finished(&self, call: &ToolCall, ok: bool) {
-        self.tool_event(call, "finished", String::new(), Some(ok));
+        self.tool_event(call, ToolPhase::Finished, String::new(), Some(ok));
     }
 
     /// An interim answer of a goal run is delivered like a reply (after
     /// `StreamEnd` when it was streamed), marked with
-    /// [`crate::agent::goals::GOAL_CONTINUATION`], so the chat sees the
+    /// [`Reply::interim`], so the chat sees the
     /// progress while the goal goes on; `TurnEnd` comes only with the turn.
     fn interim_answer(&self, text: &str) {
         if self.stream {
             self.publish(OutboundKind::StreamEnd, "", Map::new());
         }
-        let mut metadata = Map::new();
-        metadata.insert(crate::agent::goals::GOAL_CONTINUATION.into(), Value::Bool(true));
-        self.publish(OutboundKind::Message { streamed: self.stream }, text, metadata);
+        self.publish(OutboundKind::Message(Reply { streamed: self.stream, interim: true, ..Reply::default() }), text, Map::new());
     }
 
     /// Sent as a message of its own, before the reply.
     fn notice(&self, text: &str) {
-        self.publish(OutboundKind::Message { streamed: false }, text, Map::new());
+        self.publish(OutboundKind::message(false), text, Map::new());
     }
 }

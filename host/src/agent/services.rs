@@ -34,10 +34,6 @@ pub const MAX_ATTACHMENTS: usize = 10;
 /// Largest attachment, in bytes.
 pub const MAX_ATTACHMENT_BYTES: u64 = 50 << 20;
 
-/// Metadata key (internal) marking an outbound message sent by a plugin
-/// through `messaging`, not the turn's own reply.
-pub const VIA_MESSAGE_TOOL: &str = "_via_message_tool";
-
 /// Serves the privileged interfaces for one agent.
 pub struct AgentServices {
     bus: Arc<MessageBus>,
@@ -143,7 +139,7 @@ impl HostServices for AgentServices {
         let attachments = request.media.iter().map(|rel| self.attachment(rel)).collect::<Result<Vec<_>, _>>()?;
         let mut message = OutboundMessage::reply(&channel, &chat_id, request.text);
         message.media = attachments.clone();
-        message.metadata.insert(VIA_MESSAGE_TOOL.into(), serde_json::Value::Bool(true));
+        message.kind = crate::bus::OutboundKind::Message(crate::bus::Reply { via_tool: true, ..Default::default() });
         if current_chat && let Some(turn) = self.active.get(&call.session_key) {
             turn.note_sent_to_chat();
         }
@@ -254,7 +250,7 @@ mod tests {
         assert!(turn.reply_suppressed());
         let out = bus.consume_outbound().await.unwrap();
         assert_eq!((out.channel.as_str(), out.chat_id.as_str(), out.content.as_str()), ("telegram", "1", "hello"));
-        assert_eq!(out.metadata[VIA_MESSAGE_TOOL], true);
+        assert!(out.kind.reply().expect("a message").via_tool, "marked as sent by the message tool");
 
         // Something injected after the send lifts the suppression.
         turn.pending.try_push(InboundMessage::new("telegram", "u", "1", "and also?")).unwrap();

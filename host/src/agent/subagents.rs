@@ -10,9 +10,10 @@
 //! - `wait = true`: the spawning tool call waits and gets the answer.
 //! - `wait = false`: it runs in the background; when it ends, its answer is
 //!   announced back to the *origin* session as a `system` inbound message
-//!   (`sender_id = "subagent"`, `chat_id = "<channel>:<chat>"`, the origin
-//!   session as the override, metadata `injected_event = "subagent_result"`
-//!   and `subagent_task_id`). If the origin session's turn still runs, the
+//!   from [`crate::bus::Origin::Subagent`] (its task id, and the origin
+//!   chat as the typed route of the reply), the origin session as the
+//!   override; its session row keeps the marks `injected_event =
+//!   "subagent_result"` and `subagent_task_id`. If the origin session's turn still runs, the
 //!   message goes to its pending queue and is injected (that turn waits for
 //!   it, see `agent::pending`); otherwise it goes on the bus and starts a
 //!   SYSTEM turn whose reply goes to the origin chat. The session stores
@@ -45,14 +46,9 @@ use crate::session::{Message, Session};
 use crate::tools::ToolRegistry;
 use crate::workspace::Workspace;
 
-/// Inbound (and session message) metadata key naming an internal event.
-pub const INJECTED_EVENT: &str = "injected_event";
-/// The value of [`INJECTED_EVENT`] for a subagent's announcement.
-pub const SUBAGENT_RESULT: &str = "subagent_result";
-/// Metadata key holding the subagent's id (the dedup key).
-pub const TASK_ID: &str = "subagent_task_id";
-/// `sender_id` of an announcement.
-pub const SUBAGENT_SENDER: &str = "subagent";
+/// The session-row marks of an announcement (the task id is the dedup
+/// key); on the bus the announcement is typed ([`crate::bus::Origin::Subagent`]).
+pub use crate::bus::{INJECTED_EVENT, SUBAGENT_RESULT, TASK_ID};
 /// Session-key prefix of a subagent's own tool calls.
 pub const SESSION_PREFIX: &str = "subagent:";
 
@@ -409,18 +405,20 @@ pub fn announcement(origin: &Origin, id: &str, label: &str, task: &str, state: S
         "[Subagent '{label}' {status}]\n\nTask: {task}\n\nResult:\n{answer}\n\n\
          Summarize this naturally for the user. Keep it brief (1-2 sentences). Do not mention technical details like \"subagent\" or task IDs."
     );
-    let mut message = InboundMessage::new(SYSTEM_CHANNEL, SUBAGENT_SENDER, format!("{}:{}", origin.channel, origin.chat_id), content);
+    // The chat id only names the origin chat for the turn's prompt; the
+    // reply is routed by the typed origin.
+    let from = crate::bus::Origin::Subagent { task_id: id.to_string(), reply_to: crate::bus::ChatRef::new(&origin.channel, &origin.chat_id) };
+    let mut message = InboundMessage::from_origin(SYSTEM_CHANNEL, format!("{}:{}", origin.channel, origin.chat_id), from, content);
     message.session_key_override = Some(origin.session_key.clone());
-    message.metadata.insert(INJECTED_EVENT.into(), Value::from(SUBAGENT_RESULT));
-    message.metadata.insert(TASK_ID.into(), Value::from(id));
     message
 }
 
 /// The subagent task id of a `system` announcement, if it is one.
 pub fn task_id(message: &InboundMessage) -> Option<&str> {
-    (message.channel == SYSTEM_CHANNEL && message.metadata.get(INJECTED_EVENT).and_then(Value::as_str) == Some(SUBAGENT_RESULT))
-        .then(|| message.metadata.get(TASK_ID).and_then(Value::as_str))
-        .flatten()
+    match &message.origin {
+        crate::bus::Origin::Subagent { task_id, .. } if message.channel == SYSTEM_CHANNEL => Some(task_id),
+        _ => None,
+    }
 }
 
 /// Whether `session` already holds the announcement of task `id`.
@@ -446,7 +444,7 @@ mod tests {
     fn an_announcement_targets_the_origin_and_is_recognised() {
         let origin = Origin { session_key: "telegram:5".into(), channel: "telegram".into(), chat_id: "5".into() };
         let m = announcement(&origin, "ab12cd34", "prices", "find prices", SubagentState::Completed, "42 EUR");
-        assert_eq!((m.channel.as_str(), m.sender_id.as_str(), m.chat_id.as_str()), ("system", "subagent", "telegram:5"));
+        assert_eq!((m.channel.as_str(), m.sender_id(), m.chat_id.as_str()), ("system", "subagent", "telegram:5"));
         assert_eq!(m.session_key(), "telegram:5");
         assert_eq!(task_id(&m), Some("ab12cd34"));
         assert!(m.content.starts_with("[Subagent 'prices' completed successfully]") && m.content.contains("42 EUR"), "{}", m.content);

@@ -73,7 +73,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::bus::{InboundMessage, MessageBus, OutboundKind, OutboundMessage};
+use crate::bus::{InboundMessage, MessageBus, OutboundKind, OutboundMessage, Reply};
 use crate::config::ConfigError;
 use crate::gateway::{Channel, ChannelContext};
 use crate::plugins::channel::{Action, Callback, ChatStatus, Outgoing, Step};
@@ -815,7 +815,7 @@ async fn deliver_loop(
                 continue;
             }
         };
-        if matches!(message.kind, OutboundKind::Message { .. } | OutboundKind::TurnEnd) {
+        if matches!(message.kind, OutboundKind::Message(_) | OutboundKind::TurnEnd) {
             typing.remove(&message.chat_id);
         }
         let key: stream::Key = (message.chat_id.clone(), thread_of(&message));
@@ -836,8 +836,9 @@ async fn deliver_loop(
                 outbox.show_streams(&mut streams, &links).await;
                 continue;
             }
-            OutboundKind::Progress => {
-                if let Some(text) = hints.event(&key, &message, outbox.show) {
+            OutboundKind::Progress => continue,
+            OutboundKind::Tool(ref progress) => {
+                if let Some(text) = hints.event(&key, progress, &message.content, outbox.show) {
                     let now = Instant::now();
                     streams.progress(&key, text, now, || rate.check(&message.chat_id, now));
                     outbox.show_streams(&mut streams, &links).await;
@@ -850,7 +851,7 @@ async fn deliver_loop(
                 links.remove(&key);
                 continue;
             }
-            OutboundKind::Message { streamed } => {
+            OutboundKind::Message(Reply { streamed, .. }) => {
                 // Hints after this reply start a new progress message below it.
                 streams.end_progress(&key);
                 hints.forget(&key);

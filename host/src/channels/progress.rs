@@ -15,9 +15,8 @@
 
 use std::collections::HashMap;
 
-use serde_json::Value;
 
-use crate::bus::{self, OutboundMessage};
+use crate::bus::{ToolPhase, ToolProgress};
 
 use super::stream::Key;
 
@@ -52,29 +51,27 @@ pub struct Hints {
 }
 
 impl Hints {
-    /// Takes a `Progress` event; the chat's progress text when it changed
-    /// what should be shown, `None` when it is not shown (the turn's own
-    /// "running", a kind `show` turns off, an unknown call).
-    pub fn event(&mut self, key: &Key, event: &OutboundMessage, show: Show) -> Option<String> {
-        let meta = &event.metadata;
-        let tool = meta.get(bus::PROGRESS_TOOL).and_then(Value::as_str)?;
-        let id = meta.get(bus::PROGRESS_CALL_ID).and_then(Value::as_str).unwrap_or_default();
+    /// Takes a tool's progress event (its text is `content`); the chat's
+    /// progress text when it changed what should be shown, `None` when it
+    /// is not shown (a kind `show` turns off, an unknown call).
+    pub fn event(&mut self, key: &Key, event: &ToolProgress, content: &str, show: Show) -> Option<String> {
+        let (tool, id) = (event.tool.as_str(), event.call_id.as_str());
         let (calls, folded) = self.chats.entry(key.clone()).or_default();
-        match meta.get(bus::PROGRESS_PHASE).and_then(Value::as_str)? {
-            "started" if show.tool_hints || show.progress => {
-                calls.push(Call { id: id.to_string(), hint: line(&event.content), ..Call::default() });
+        match event.phase {
+            ToolPhase::Started if show.tool_hints || show.progress => {
+                calls.push(Call { id: id.to_string(), hint: line(content), ..Call::default() });
                 if calls.len() > MAX_LINES {
                     calls.remove(0);
                     *folded += 1;
                 }
             }
-            "progress" if show.progress => {
+            ToolPhase::Progress if show.progress => {
                 let call = calls.iter_mut().rev().find(|c| c.id == id)?;
-                call.progress = Some(format!("{}: {}", line(tool), line(&event.content)));
+                call.progress = Some(format!("{}: {}", line(tool), line(content)));
             }
-            "finished" if show.tool_hints => {
+            ToolPhase::Finished if show.tool_hints => {
                 let call = calls.iter_mut().rev().find(|c| c.id == id)?;
-                call.ok = meta.get(bus::PROGRESS_OK).and_then(Value::as_bool);
+                call.ok = event.ok;
             }
             _ => return None,
         }
@@ -130,18 +127,20 @@ fn line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bus::OutboundKind;
 
-    fn event(phase: &str, id: &str, content: &str, ok: Option<bool>) -> OutboundMessage {
-        let mut m = OutboundMessage::reply("tg", "1", content);
-        m.kind = OutboundKind::Progress;
-        m.metadata.insert(bus::PROGRESS_TOOL.into(), "read_file".into());
-        m.metadata.insert(bus::PROGRESS_CALL_ID.into(), id.into());
-        m.metadata.insert(bus::PROGRESS_PHASE.into(), phase.into());
-        if let Some(ok) = ok {
-            m.metadata.insert(bus::PROGRESS_OK.into(), ok.into());
-        }
-        m
+    /// A tool event and its text.
+    fn event(phase: &str, id: &str, content: &str, ok: Option<bool>) -> (ToolProgress, String) {
+        let phase = match phase {
+            "started" => ToolPhase::Started,
+            "progress" => ToolPhase::Progress,
+            _ => ToolPhase::Finished,
+        };
+        (ToolProgress { tool: "read_file".into(), call_id: id.into(), phase, ok }, content.to_string())
+    }
+
+    /// [`Hints::event`] over a pair from [`event`].
+    fn take(hints: &mut Hints, key: &Key, (event, content): (ToolProgress, String), show: Show) -> Option<String> {
+        hints.event(key, &event, &content, show)
     }
 
     const ALL: Show = Show { tool_hints: true, progress: true };
@@ -150,24 +149,24 @@ mod tests {
     fn calls_are_lines_with_their_progress_and_outcome() {
         let key: Key = ("1".into(), None);
         let mut hints = Hints::default();
-        let running = OutboundMessage { kind: OutboundKind::Progress, ..OutboundMessage::reply("tg", "1", "running") };
-        assert_eq!(hints.event(&key, &running, ALL), None, "the turn's own hint is the typing indicator");
-        assert_eq!(hints.event(&key, &event("started", "c1", "read_file(notes.md)", None), ALL).unwrap(), "↳ read\\_file\\(notes\\.md\\)");
-        let text = hints.event(&key, &event("progress", "c1", "page 3\nof 12", None), ALL).unwrap();
+        // The turn's own "running" hint is `OutboundKind::Progress`, not a
+        // tool event: it never reaches `Hints` (the typing indicator shows it).
+        assert_eq!(take(&mut hints, &key, event("started", "c1", "read_file(notes.md)", None), ALL).unwrap(), "↳ read\\_file\\(notes\\.md\\)");
+        let text = take(&mut hints, &key, event("progress", "c1", "page 3\nof 12", None), ALL).unwrap();
         assert_eq!(text, "↳ read\\_file\\(notes\\.md\\)\n… read\\_file: page 3 of 12");
-        let text = hints.event(&key, &event("finished", "c1", "", Some(true)), ALL).unwrap();
+        let text = take(&mut hints, &key, event("finished", "c1", "", Some(true)), ALL).unwrap();
         assert!(text.starts_with("↳ read\\_file\\(notes\\.md\\) ✓\n"), "{text}");
-        assert_eq!(hints.event(&key, &event("progress", "unknown", "x", None), ALL), None);
+        assert_eq!(take(&mut hints, &key, event("progress", "unknown", "x", None), ALL), None);
 
         let hints_only = Show { tool_hints: true, progress: false };
         let mut other = Hints::default();
-        other.event(&key, &event("started", "c1", "f()", None), hints_only);
-        assert_eq!(other.event(&key, &event("progress", "c1", "half", None), hints_only), None, "progress texts off");
+        take(&mut other, &key, event("started", "c1", "f()", None), hints_only);
+        assert_eq!(take(&mut other, &key, event("progress", "c1", "half", None), hints_only), None, "progress texts off");
         let progress_only = Show { tool_hints: false, progress: true };
         let mut third = Hints::default();
-        assert_eq!(third.event(&key, &event("started", "c1", "f()", None), progress_only), None, "nothing to show yet");
-        assert_eq!(third.event(&key, &event("progress", "c1", "half", None), progress_only).unwrap(), "… read\\_file: half");
-        assert_eq!(third.event(&key, &event("finished", "c1", "", Some(false)), progress_only), None);
+        assert_eq!(take(&mut third, &key, event("started", "c1", "f()", None), progress_only), None, "nothing to show yet");
+        assert_eq!(take(&mut third, &key, event("progress", "c1", "half", None), progress_only).unwrap(), "… read\\_file: half");
+        assert_eq!(take(&mut third, &key, event("finished", "c1", "", Some(false)), progress_only), None);
     }
 
     #[test]
@@ -176,7 +175,7 @@ mod tests {
         let mut hints = Hints::default();
         let mut text = String::new();
         for i in 0..20 {
-            text = hints.event(&key, &event("started", &format!("c{i}"), &format!("f{i}()"), None), ALL).unwrap();
+            text = take(&mut hints, &key, event("started", &format!("c{i}"), &format!("f{i}()"), None), ALL).unwrap();
         }
         assert_eq!(text.lines().count(), MAX_LINES + 1);
         assert!(text.starts_with("… 12 earlier call(s)\n↳ f12\\(\\)"), "{text}");
@@ -185,6 +184,6 @@ mod tests {
         assert!(shown.starts_with("\\*\\*bold\\*\\* \\[x\\]\\(http\\:\\/\\/evil\\) \\`code\\` \\<b\\>"), "{shown}");
         assert!(shown.ends_with('…') && shown.chars().filter(|c| *c != '\\').count() <= MAX_LINE_CHARS + 1);
         hints.forget(&key);
-        assert_eq!(hints.event(&key, &event("finished", "c19", "", Some(true)), ALL), None, "forgotten");
+        assert_eq!(take(&mut hints, &key, event("finished", "c19", "", Some(true)), ALL), None, "forgotten");
     }
 }

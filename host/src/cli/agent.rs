@@ -147,7 +147,7 @@ pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow:
     };
     let core = Arc::new(app.agent_core(provider, bus));
     // Here the only chat is the terminal.
-    core.services.set_reachable(vec![args.session.split_once(':').map_or("cli", |(c, _)| c).to_string()]);
+    core.services.set_reachable(vec![chitin::bus::SessionKey::new(args.session.as_str()).chat_hint().channel]);
     let agent = AgentLoop::new(core);
     match args.message {
         Some(message) => one_shot(&agent, &progress, &message, &args.session).await,
@@ -161,8 +161,7 @@ pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow:
 /// so nothing piles up in the queue.
 fn print_sent_messages(bus: &MessageBus) -> std::io::Result<()> {
     while let Some(event) = bus.try_consume_outbound() {
-        let via_tool = event.metadata.get(chitin::agent::services::VIA_MESSAGE_TOOL).is_some_and(|v| v == true);
-        if !via_tool || !matches!(event.kind, chitin::bus::OutboundKind::Message { .. }) {
+        if !event.kind.reply().is_some_and(|r| r.via_tool) {
             continue;
         }
         outln!("{}", for_terminal(&event.content))?;

@@ -97,10 +97,10 @@ impl Ctx {
     fn open(data: &DataDir, options: &AppOptions) -> anyhow::Result<Ctx> {
         let config_file = options.config_file.clone().unwrap_or_else(|| data.config_file());
         let config = Config::load(&config_file)?;
-        let mut runtime = PluginRuntime::new(RuntimeConfig { workspace: data.default_workspace(), cache_dir: Some(data.cache_dir()), limits: config.limits.clone() })?;
-        if let Some(program) = &options.compile_child {
-            runtime = runtime.with_compile_child(program.clone());
-        }
+        let runtime = PluginRuntime::with_isolation(
+            RuntimeConfig { workspace: data.default_workspace(), cache_dir: Some(data.cache_dir()), limits: config.limits.clone() },
+            options.compile_child.clone(),
+        )?;
         let lock_path = lock::path_for(&config_file);
         Ok(Ctx { data: data.clone(), config_file, config, lock_path, runtime })
     }

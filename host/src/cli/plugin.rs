@@ -387,11 +387,11 @@ fn pack(manifest_path: &Path, input: &Path, output: &Path) -> anyhow::Result<Exi
 /// a plugin of the same name again replaces it.
 async fn install(file: &Path, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
     let config = load_config(data, options)?;
-    let mut runtime = PluginRuntime::new(RuntimeConfig { workspace: data.default_workspace(), cache_dir: Some(data.cache_dir()), limits: config.limits.clone() })?;
     // Compiled as every later load would: in the limited child process.
-    if let Some(program) = &options.compile_child {
-        runtime = runtime.with_compile_child(program.clone());
-    }
+    let runtime = PluginRuntime::with_isolation(
+        RuntimeConfig { workspace: data.default_workspace(), cache_dir: Some(data.cache_dir()), limits: config.limits.clone() },
+        options.compile_child.clone(),
+    )?;
     // One read: the bytes checked, compiled and linked are the bytes written.
     let bytes: std::sync::Arc<[u8]> = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?.into();
     let source = PluginSource::File(file.to_path_buf());

@@ -46,11 +46,8 @@ pub const MAX_MESSAGE_BYTES: usize = 4000;
 /// Longest job name, in characters.
 pub const MAX_NAME_CHARS: usize = 64;
 
-/// Sender id of the messages jobs publish.
+/// The sender name of the messages jobs publish ([`crate::bus::Origin::Cron`]).
 pub const CRON_SENDER: &str = "cron";
-
-/// Inbound metadata key (internal) naming the job that sent the message.
-pub const CRON_JOB: &str = "_cron_job";
 
 /// Why a cron operation failed; the text is for the model or the user.
 #[derive(Debug, thiserror::Error)]
@@ -248,7 +245,7 @@ impl CronService {
         }
         drop(jobs);
         for message in &fired {
-            tracing::info!(session = %message.session_key(), job = %message.metadata[CRON_JOB], "cron job fired");
+            tracing::info!(session = %message.session_key(), origin = ?message.origin, "cron job fired");
             bus.publish_inbound(message.clone());
         }
         Ok(fired)
@@ -271,9 +268,8 @@ impl CronService {
 /// The message a firing job publishes into its session.
 fn message_of(job: &Job) -> InboundMessage {
     let text = format!("[Scheduled task \"{}\" ({})] {}", job.name, job.schedule.describe(), job.message);
-    let mut message = InboundMessage::new(&job.channel, CRON_SENDER, &job.chat_id, text);
+    let mut message = InboundMessage::from_origin(&job.channel, &job.chat_id, crate::bus::Origin::Cron { job: job.id.clone() }, text);
     message.session_key_override = Some(job.session_key.clone());
-    message.metadata.insert(CRON_JOB.into(), serde_json::Value::from(job.id.clone()));
     message
 }
 
@@ -348,9 +344,9 @@ mod tests {
         let fired = cron.fire_due(&bus, |_| false).unwrap();
         assert_eq!(fired.len(), 1);
         assert_eq!(fired[0].session_key(), "telegram:1");
-        assert_eq!((fired[0].channel.as_str(), fired[0].chat_id.as_str(), fired[0].sender_id.as_str()), ("telegram", "1", CRON_SENDER));
+        assert_eq!((fired[0].channel.as_str(), fired[0].chat_id.as_str(), fired[0].sender_id()), ("telegram", "1", CRON_SENDER));
         assert!(fired[0].content.contains("remind me to drink") && fired[0].content.contains("Scheduled task \"water\""), "{}", fired[0].content);
-        assert_eq!(fired[0].metadata[CRON_JOB], every.id.as_str());
+        assert_eq!(fired[0].origin, crate::bus::Origin::Cron { job: every.id.clone() });
         assert!(bus.try_consume_outbound().is_none());
         clock.advance(Duration::from_secs(30));
         let fired = cron.fire_due(&bus, |_| false).unwrap();

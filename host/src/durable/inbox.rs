@@ -24,12 +24,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::bus::{InboundMessage, OutboundMessage};
 
-/// The inbound metadata key holding a message's inbox id. Internal (`_`):
-/// a client cannot set it (`InboundMessage::from_client` drops it).
+/// The key a message's inbox id is stored under: in an inbox line's
+/// metadata (typed as [`InboundMessage::inbox`] in memory), and on the
+/// session's user row of its turn.
 pub const INBOX_ID: &str = "_inbox_id";
 
 /// Attempts after which a message is answered with a failure instead of
@@ -73,7 +73,7 @@ pub struct InboxRef {
 impl InboxRef {
     /// The row `message` was accepted as, if any.
     pub fn of(message: &InboundMessage) -> Option<InboxRef> {
-        message.metadata.get(INBOX_ID).and_then(Value::as_u64).map(|id| InboxRef { id })
+        message.inbox
     }
 }
 
@@ -321,19 +321,19 @@ impl Inbox {
     }
 
     /// Records `message` as accepted, before it is published, and stamps
-    /// its id into its metadata ([`INBOX_ID`]). `dedup` names the message
+    /// its id into it ([`InboundMessage::inbox`]). `dedup` names the message
     /// across re-sends (a channel's event id); a known key is a
     /// [`Accepted::Duplicate`] and nothing is written.
     pub fn accept(&self, message: &mut InboundMessage, dedup: Option<String>) -> Result<Accepted, InboxError> {
         let mut state = self.state.lock().expect("inbox lock");
         if let Some((id, _)) = dedup.as_ref().and_then(|key| state.dedup.get(key)) {
             let inbox = InboxRef { id: *id };
-            message.metadata.insert(INBOX_ID.into(), Value::from(inbox.id));
+            message.inbox = Some(inbox);
             return Ok(Accepted::Duplicate(inbox));
         }
         let id = state.next;
         let at = Utc::now();
-        message.metadata.insert(INBOX_ID.into(), Value::from(id));
+        message.inbox = Some(InboxRef { id });
         self.append(&mut state, &RecordOut::Accept { id, at, dedup: dedup.as_deref(), msg: message })?;
         state.next = id + 1;
         if let Some(key) = &dedup {
@@ -457,7 +457,7 @@ fn fold(rows: &mut BTreeMap<u64, Row>, dedup: &mut HashMap<String, (u64, DateTim
     match record {
         Record::Head { next: n } => *next = (*next).max(n),
         Record::Accept { id, at, dedup: key, mut msg } => {
-            msg.metadata.insert(INBOX_ID.into(), Value::from(id));
+            msg.inbox = Some(InboxRef { id });
             if let Some(key) = &key {
                 dedup.insert(key.clone(), (id, at));
             }
@@ -499,7 +499,7 @@ fn fold(rows: &mut BTreeMap<u64, Row>, dedup: &mut HashMap<String, (u64, DateTim
         }
         Record::Snap(row) => {
             let mut row = *row;
-            row.msg.metadata.insert(INBOX_ID.into(), Value::from(row.id));
+            row.msg.inbox = Some(InboxRef { id: row.id });
             if let Some(key) = &row.dedup {
                 dedup.insert(key.clone(), (row.id, row.at));
             }

@@ -12,11 +12,12 @@
 //! the session `api:NAME`, which keeps its history on the host (only the
 //! last message of the request is new; the rest is ignored). Without either,
 //! the request is stateless: its `user`/`assistant` messages are the
-//! history of an *ephemeral* turn (`bus::EPHEMERAL_HISTORY`, key
-//! `api:ephemeral:<request id>`) that persists nothing.
+//! history of an *ephemeral* turn (`InboundMessage::ephemeral_history`,
+//! key `api#ephemeral:<request id>`, which no session name can reach) that
+//! persists nothing.
 //!
-//! Requests on one session are served one after the other (a per-session
-//! lock here): the agent would otherwise inject the second into the first's
+//! Requests on one session are served one after the other (the session's
+//! request lock in the loop's `KeyedLocks`): the agent would otherwise inject the second into the first's
 //! running turn, and the second request would never get its own answer.
 //! A client that goes away mid-turn stops the turn (like `/stop`).
 
@@ -33,13 +34,14 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
-use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::sync::Notify;
 
 use super::router::{ChatRoute, OutboundRouter};
 use super::webchat::{self, WebChat};
 use super::wire::{self, ApiError, CompletionHead};
 use crate::agent::AgentLoop;
-use crate::bus::{EPHEMERAL_HISTORY, InboundMessage, OutboundKind, OutboundMessage, TURN_FAILED, USAGE};
+use crate::agent::locks::{KeyGuard, LockSpace};
+use crate::bus::{InboundMessage, Origin, OutboundKind, OutboundMessage, SessionKey, TokenUsage};
 use crate::config::GatewayAuth;
 
 /// The bus channel of API requests.
@@ -75,7 +77,6 @@ pub struct ApiState {
     pub(super) same_origin: Option<super::origin::SameOrigin>,
     /// How long a request body may take to arrive in full.
     pub(super) body_timeout: Duration,
-    session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl ApiState {
@@ -100,32 +101,14 @@ impl ApiState {
             webhooks,
             same_origin,
             body_timeout,
-            session_locks: Mutex::default(),
         }
     }
 
-    async fn lock_session(self: &Arc<Self>, key: &str) -> SessionLock {
-        let lock = self.session_locks.lock().expect("session locks").entry(key.to_string()).or_default().clone();
-        let guard = lock.lock_owned().await;
-        SessionLock { state: self.clone(), key: key.to_string(), guard: Some(guard) }
-    }
-}
-
-/// Serialises requests on one session; the lock map forgets a session
-/// nobody waits for.
-struct SessionLock {
-    state: Arc<ApiState>,
-    key: String,
-    guard: Option<OwnedMutexGuard<()>>,
-}
-
-impl Drop for SessionLock {
-    fn drop(&mut self) {
-        drop(self.guard.take());
-        let mut locks = self.state.session_locks.lock().expect("session locks");
-        if locks.get(&self.key).is_some_and(|lock| Arc::strong_count(lock) == 1) {
-            locks.remove(&self.key);
-        }
+    /// Serialises requests on one session, in the request namespace of
+    /// the loop's lock map (the turn the request starts takes the session's
+    /// turn lock meanwhile: one key for both would deadlock).
+    async fn lock_session(&self, key: &str) -> KeyGuard {
+        self.agent.core().locks.lock_in(LockSpace::Request, key).await
     }
 }
 
@@ -284,7 +267,7 @@ struct Turn {
     head: CompletionHead,
     stop: StopOnDrop,
     _in_flight: InFlightGuard,
-    _session: Option<SessionLock>,
+    _session: Option<KeyGuard>,
 }
 
 /// Stops the turn if the request is dropped before its answer is complete
@@ -315,7 +298,7 @@ async fn chat(state: Arc<ApiState>, request: Request<Incoming>) -> Result<Respon
     let parsed = wire::parse_chat_request(&body)?;
     let id = request_id();
     let head = CompletionHead { id: format!("chatcmpl-{id}"), created: chrono::Utc::now().timestamp(), model: state.model.clone() };
-    let mut inbound = InboundMessage::new(API_CHANNEL, parsed.user.as_deref().unwrap_or("api"), &id, parsed.content);
+    let mut inbound = InboundMessage::from_origin(API_CHANNEL, &id, Origin::Api { user: parsed.user.clone() }, parsed.content);
     let (key, session) = match header_session.or(parsed.user.clone()) {
         Some(name) => {
             let key = format!("{API_CHANNEL}:{name}");
@@ -324,8 +307,8 @@ async fn chat(state: Arc<ApiState>, request: Request<Incoming>) -> Result<Respon
         }
         None => {
             let history = serde_json::to_value(&parsed.history).map_err(|e| ApiError::new(500, "server_error", None, format!("history: {e}")))?;
-            inbound.metadata.insert(EPHEMERAL_HISTORY.into(), history);
-            (format!("{API_CHANNEL}:ephemeral:{id}"), None)
+            inbound.ephemeral_history = Some(history);
+            (SessionKey::ephemeral(API_CHANNEL, &id).into(), None)
         }
     };
     inbound.session_key_override = Some(key.clone());
@@ -348,12 +331,12 @@ async fn complete(mut turn: Turn) -> Result<Response<Body>, ApiError> {
     while let Some(event) = turn.route.events.recv().await {
         match event.kind {
             OutboundKind::StreamDelta => streamed.push_str(&event.content),
-            OutboundKind::Message { .. } => {
+            OutboundKind::Message(ref reply) => {
                 turn.stop.armed = false;
-                if failed(&event) {
+                if reply.failed {
                     return Err(ApiError::new(500, "server_error", Some("agent_failed"), event.content));
                 }
-                let body = wire::completion(&turn.head, &event.content, wire::usage(event.metadata.get(USAGE)));
+                let body = wire::completion(&turn.head, &event.content, usage(&event));
                 return Ok(json_response(StatusCode::OK, &body));
             }
             // Stopped before a reply: what was streamed so far.
@@ -361,14 +344,16 @@ async fn complete(mut turn: Turn) -> Result<Response<Body>, ApiError> {
                 turn.stop.armed = false;
                 return Ok(json_response(StatusCode::OK, &wire::completion(&turn.head, &streamed, None)));
             }
-            OutboundKind::Progress | OutboundKind::StreamEnd => {}
+            OutboundKind::Progress | OutboundKind::Tool(_) | OutboundKind::StreamEnd => {}
         }
     }
     Err(shutting_down())
 }
 
-fn failed(event: &OutboundMessage) -> bool {
-    event.metadata.get(TURN_FAILED).and_then(Value::as_bool).unwrap_or(false)
+/// The OpenAI `usage` of a reply that carries its turn's.
+fn usage(event: &OutboundMessage) -> Option<Value> {
+    let TokenUsage { prompt_tokens, completion_tokens } = event.kind.reply()?.usage?;
+    Some(wire::usage(prompt_tokens, completion_tokens))
 }
 
 fn shutting_down() -> ApiError {
@@ -401,12 +386,12 @@ fn stream(turn: Turn, include_usage: bool) -> Response<Body> {
                     s.sent_text = true;
                     sse(&wire::chunk(head, json!({"content": event.content}), None))
                 }
-                OutboundKind::Message { .. } if failed(&event) => {
+                OutboundKind::Message(_) if event.kind.is_failure() => {
                     s.done = true;
                     let error = ApiError::new(500, "server_error", Some("agent_failed"), event.content);
                     [format!("data: {}\n\n", error.body()), "data: [DONE]\n\n".to_string()].concat()
                 }
-                OutboundKind::Message { .. } | OutboundKind::TurnEnd => {
+                OutboundKind::Message(_) | OutboundKind::TurnEnd => {
                     s.done = true;
                     let mut out = String::new();
                     // A reply that did not go out as deltas (a command's
@@ -415,7 +400,7 @@ fn stream(turn: Turn, include_usage: bool) -> Response<Body> {
                         out.push_str(&sse(&wire::chunk(head, json!({"content": event.content}), None)));
                     }
                     out.push_str(&sse(&wire::chunk(head, json!({}), Some("stop"))));
-                    if let Some(usage) = wire::usage(event.metadata.get(USAGE)).filter(|_| include_usage) {
+                    if let Some(usage) = usage(&event).filter(|_| include_usage) {
                         out.push_str(&sse(&wire::usage_chunk(head, usage)));
                     }
                     out.push_str("data: [DONE]\n\n");

@@ -202,6 +202,12 @@ impl Gateway {
         self.addr
     }
 
+    /// The session lock map the loop and the API share (its size is how
+    /// many sessions are held or waited for now).
+    pub fn session_locks(&self) -> Arc<crate::agent::locks::KeyedLocks> {
+        self.state.agent.core().locks.clone()
+    }
+
     /// Whether the API asks for a bearer token.
     pub fn requires_token(&self) -> bool {
         matches!(self.state.auth, GatewayAuth::Token(_))

@@ -62,7 +62,7 @@ use tokio::sync::mpsc;
 use super::api::{self, ApiState, Body, InFlightGuard};
 use crate::agent::commands;
 use super::wire::ApiError;
-use crate::bus::{self, InboundMessage, OutboundKind, OutboundMessage, TURN_FAILED};
+use crate::bus::{InboundMessage, OutboundKind, OutboundMessage};
 use crate::session::Role;
 
 /// The bus channel of the web chat.
@@ -163,20 +163,18 @@ fn event_json(event: &OutboundMessage) -> Value {
         OutboundKind::StreamDelta => json!({"kind": "delta", "text": event.content}),
         // A tool's progress names its call, so the page keeps one hint per
         // call and updates it; the turn's own "running" hint has no call.
-        OutboundKind::Progress => {
-            let mut out = json!({"kind": "progress", "text": event.content});
-            for key in [bus::PROGRESS_TOOL, bus::PROGRESS_CALL_ID, bus::PROGRESS_PHASE, bus::PROGRESS_OK] {
-                if let Some(value) = event.metadata.get(key) {
-                    out[key] = value.clone();
-                }
+        OutboundKind::Progress => json!({"kind": "progress", "text": event.content}),
+        OutboundKind::Tool(tool) => {
+            let mut out = json!({"kind": "progress", "text": event.content, "tool": tool.tool, "call_id": tool.call_id, "phase": tool.phase.as_str()});
+            if let Some(ok) = tool.ok {
+                out["ok"] = Value::Bool(ok);
             }
             out
         }
         OutboundKind::StreamEnd => json!({"kind": "stream_end"}),
         OutboundKind::TurnEnd => json!({"kind": "turn_end"}),
-        OutboundKind::Message { streamed } => {
-            let failed = event.metadata.get(TURN_FAILED).and_then(Value::as_bool).unwrap_or(false);
-            json!({"kind": "message", "text": event.content, "streamed": streamed, "failed": failed})
+        OutboundKind::Message(reply) => {
+            json!({"kind": "message", "text": event.content, "streamed": reply.streamed, "failed": reply.failed})
         }
     }
 }

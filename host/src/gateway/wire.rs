@@ -205,12 +205,9 @@ pub struct CompletionHead {
     pub model: String,
 }
 
-/// `usage` from a reply's `{prompt_tokens, completion_tokens}` metadata.
-pub fn usage(meta: Option<&Value>) -> Option<Value> {
-    let meta = meta?;
-    let prompt = meta.get("prompt_tokens")?.as_u64()?;
-    let completion = meta.get("completion_tokens")?.as_u64()?;
-    Some(crate::provider::openai::wire::usage(prompt, completion))
+/// The OpenAI `usage` object of a reply's token counts.
+pub fn usage(prompt_tokens: u64, completion_tokens: u64) -> Value {
+    crate::provider::openai::wire::usage(prompt_tokens, completion_tokens)
 }
 
 /// A whole `chat.completion` answer (the shape is `provider::openai::wire`'s).
@@ -285,7 +282,7 @@ mod tests {
     #[test]
     fn responses_have_the_openai_shape() {
         let head = CompletionHead { id: "chatcmpl-1".into(), created: 7, model: "m".into() };
-        let usage = usage(Some(&json!({"prompt_tokens": 3, "completion_tokens": 2})));
+        let usage = Some(usage(3, 2));
         let body = completion(&head, "hi", usage.clone());
         assert_eq!(body["choices"][0]["message"], json!({"role": "assistant", "content": "hi"}));
         assert_eq!(body["usage"]["total_tokens"], 5);

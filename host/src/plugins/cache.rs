@@ -22,6 +22,21 @@
 //! copy (plus wasmtime's own copy) cost all of it twice. A file that fails
 //! the check is discarded and the component compiled again.
 //!
+//! Streaming the whole artifact through the keyed hash costs about 5 ms per
+//! process start for `fs` (6.8 MB), a fifth of a one-shot `chitin agent -m`.
+//! So once an entry has been checked in full, a **stamp** is written beside
+//! it (in `<cache dir>.stamps/`): a keyed hash over what identifies that file on disk
+//! and changes with any write to it (device, inode, size, modification and
+//! status-change times) plus the entry's names. A later load whose open file
+//! still has exactly that identity trusts the earlier check; any other
+//! stamp (missing, forged, for another file or another state of this one)
+//! falls back to the full check. The status-change time (ctime) is the
+//! anchor: the kernel sets it on every write, truncate or metadata change
+//! and user space cannot set it back. Its clock is coarse (a scheduler tick),
+//! so a write within the same tick as the one the entry was written in
+//! could keep it: a stamp is only written for an entry whose ctime is at
+//! least [`STAMP_MIN_AGE`] old, and any later write gets a later ctime.
+//!
 //! What the check cannot cover: a process running as the host's own user
 //! writing *into* the entry after the check. That process can read the key
 //! too (and replace the `chitin` binary); plugins cannot reach the cache
@@ -51,12 +66,23 @@ const MAGIC: &[u8; 8] = b"chitinc2";
 /// maps the file from its first byte as the artifact.
 const TRAILER: usize = MAGIC.len() + 32;
 
+/// How old an entry's ctime must be before a stamp may vouch for it: far
+/// above the kernel's timestamp granularity (a tick, at most 10 ms), so a
+/// write after the stamp always moves the ctime.
+const STAMP_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What a stamp file holds: a keyed hash, nothing else.
+const STAMP_LEN: usize = 32;
+
 /// A directory of serialized components.
 #[derive(Clone)]
 pub struct ComponentCache {
     dir: Option<PathBuf>,
     engine_key: String,
     mac_key: [u8; 32],
+    /// Entries checked in full (streamed through the keyed hash), for tests
+    /// that tell a stamped load from a full one.
+    full_checks: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl std::fmt::Debug for ComponentCache {
@@ -81,8 +107,8 @@ impl ComponentCache {
             }
         });
         match keyed {
-            Some((dir, mac_key)) => ComponentCache { dir: Some(dir), engine_key, mac_key },
-            None => ComponentCache { dir: None, engine_key, mac_key: [0; 32] },
+            Some((dir, mac_key)) => ComponentCache { dir: Some(dir), engine_key, mac_key, full_checks: Default::default() },
+            None => ComponentCache { dir: None, engine_key, mac_key: [0; 32], full_checks: Default::default() },
         }
     }
 
@@ -116,11 +142,13 @@ impl ComponentCache {
                 return None;
             }
         };
-        match self.authentic(&file, hash) {
+        let stamp = stamp_path(&path);
+        match self.stamped(&file, &stamp, hash).or_else(|_| self.checked_in_full(&file, &stamp, hash)) {
             Ok(true) => {}
             Ok(false) => {
                 tracing::warn!(path = %path.display(), "discarding a cache entry this host did not write");
                 let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(&stamp);
                 return None;
             }
             Err(e) => {
@@ -149,12 +177,60 @@ impl ComponentCache {
 
     /// Deletes the entry of `hash`, if any (`chitin plugin remove --purge`).
     pub fn remove(&self, hash: &ContentHash) {
-        if let Some(path) = self.entry(hash)
-            && let Err(e) = std::fs::remove_file(&path)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %path.display(), "could not remove cache entry: {e}");
+        let Some(path) = self.entry(hash) else { return };
+        for path in [stamp_path(&path), path] {
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(path = %path.display(), "could not remove cache entry: {e}");
+            }
         }
+    }
+
+    /// The stamp `file` would have if it was checked in full in the state it
+    /// is in now: a keyed hash over the entry's names and the open file's
+    /// identity and times.
+    fn stamp_for(&self, file: &File, hash: &ContentHash) -> std::io::Result<[u8; STAMP_LEN]> {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata()?;
+        let mut hasher = self.mac_hasher(hash);
+        hasher.update(b"chitin cache stamp v1");
+        for field in [m.dev(), m.ino(), m.size(), m.mtime() as u64, m.mtime_nsec() as u64, m.ctime() as u64, m.ctime_nsec() as u64] {
+            hasher.update(&field.to_le_bytes());
+        }
+        Ok(*hasher.finalize().as_bytes())
+    }
+
+    /// Whether a stamp vouches for `file` as it is now (see the module
+    /// comment). `Err` when there is no usable stamp: check in full.
+    fn stamped(&self, file: &File, stamp: &Path, hash: &ContentHash) -> std::io::Result<bool> {
+        let Some(found) = open_entry(stamp)? else { return Err(std::io::ErrorKind::NotFound.into()) };
+        let mut bytes = Vec::with_capacity(STAMP_LEN);
+        (&found).take(STAMP_LEN as u64 + 1).read_to_end(&mut bytes)?;
+        let found = <[u8; STAMP_LEN]>::try_from(bytes.as_slice()).map_err(|_| std::io::Error::other("not a stamp"))?;
+        // `blake3::Hash` compares in constant time.
+        match blake3::Hash::from(found) == blake3::Hash::from(self.stamp_for(file, hash)?) {
+            true => Ok(true),
+            false => Err(std::io::Error::other("the stamp is for another file or state")),
+        }
+    }
+
+    /// The full check of `file`; when it passes and the file is old enough,
+    /// a stamp for it is written so the next load can skip the full check.
+    /// The identity stamped is read before the check, so a write during or
+    /// after it leaves a stamp that no longer fits.
+    fn checked_in_full(&self, file: &File, stamp: &Path, hash: &ContentHash) -> std::io::Result<bool> {
+        let before = self.stamp_for(file, hash)?;
+        let changed = file.metadata()?.modified()?;
+        self.full_checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !self.authentic(file, hash)? {
+            return Ok(false);
+        }
+        let old_enough = std::time::SystemTime::now().duration_since(status_changed(file)?.max(changed)).is_ok_and(|age| age >= STAMP_MIN_AGE);
+        if old_enough && let Err(e) = write_atomically(stamp, &before) {
+            tracing::debug!(path = %stamp.display(), "could not stamp a cache entry: {e}");
+        }
+        Ok(true)
     }
 
     /// Whether `file` ends in this host's keyed hash over its artifact: read
@@ -192,6 +268,11 @@ impl ComponentCache {
     fn write_entry(&self, path: &Path, hash: &ContentHash, artifact: &[u8]) -> std::io::Result<()> {
         let dir = path.parent().expect("cache entries live in a directory");
         std::fs::create_dir_all(dir)?;
+        // A stamp names the file it was made for; the new one has none yet.
+        match std::fs::remove_file(stamp_path(path)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
         tmp.write_all(artifact)?;
         tmp.write_all(MAGIC)?;
@@ -215,6 +296,35 @@ fn open_entry(path: &Path) -> std::io::Result<Option<File>> {
         return Err(std::io::Error::other("not a regular file"));
     }
     Ok(Some(file))
+}
+
+/// Where the stamp of the entry at `path` lives: `<cache dir>.stamps/`, a
+/// directory beside the cache (as its key is), so the cache directory holds
+/// entries only.
+fn stamp_path(path: &Path) -> PathBuf {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut stamps = dir.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "cache".into());
+    stamps.push(".stamps");
+    dir.with_file_name(stamps).join(path.file_name().unwrap_or_default())
+}
+
+/// The status-change time (ctime) of `file`.
+fn status_changed(file: &File) -> std::io::Result<std::time::SystemTime> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata()?;
+    let since_epoch = std::time::Duration::new(u64::try_from(m.ctime()).unwrap_or(0), u32::try_from(m.ctime_nsec()).unwrap_or(0));
+    Ok(std::time::UNIX_EPOCH + since_epoch)
+}
+
+/// Writes `bytes` to `path` by temp file and rename, so a reader never sees
+/// half of it.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// Feeds what is written into a hasher (`std::io::copy` wants a writer).
@@ -339,5 +449,69 @@ mod tests {
         let started = std::time::Instant::now();
         assert!(cache.lookup(&engine, &hash).is_none());
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    /// The stamp path is a host surface: an attacker who can change cache
+    /// files (the threat the keyed hash exists for) now also meets a
+    /// shortcut. Both ways to abuse it are refused: changing a stamped entry
+    /// in place, and putting another file under a stamp.
+    #[test]
+    fn a_stamp_spares_the_full_check_only_for_the_very_file_it_was_made_for() {
+        use std::os::unix::fs::FileExt;
+        use std::sync::atomic::Ordering::Relaxed;
+        let engine = engine();
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(&engine, Some(tmp.path().join("components")));
+        let artifact = Component::new(&engine, EMPTY_COMPONENT).unwrap().serialize().unwrap();
+        let (a, b) = (content_hash(b"component a"), content_hash(b"component b"));
+        cache.store(&a, &artifact);
+        cache.store(&b, &artifact);
+        let (path_a, path_b) = (cache.entry(&a).unwrap(), cache.entry(&b).unwrap());
+        let full = || cache.full_checks.load(Relaxed);
+
+        // Fresh entries are checked in full and not stamped (their ctime is
+        // within STAMP_MIN_AGE).
+        assert!(cache.lookup(&engine, &a).is_some() && cache.lookup(&engine, &b).is_some());
+        assert_eq!(full(), 2);
+        assert!(!stamp_path(&path_a).exists());
+        // The age is the filesystem's clock, which a test cannot drive.
+        std::thread::sleep(STAMP_MIN_AGE + std::time::Duration::from_millis(50));
+        assert!(cache.lookup(&engine, &a).is_some() && cache.lookup(&engine, &b).is_some());
+        assert_eq!(full(), 4);
+        assert!(stamp_path(&path_a).exists() && stamp_path(&path_b).exists(), "old enough: stamped");
+        assert!(cache.lookup(&engine, &a).is_some() && cache.lookup(&engine, &b).is_some());
+        assert_eq!(full(), 4, "the stamps spared the full checks");
+        assert_eq!(stamp_path(&path_a).parent().unwrap(), tmp.path().join("components.stamps"));
+
+        // Attack 1: one byte of a stamped entry changed in place (same file,
+        // same size), its modification time put back.
+        let before = std::fs::read(&path_a).unwrap();
+        let modified = std::fs::metadata(&path_a).unwrap().modified().unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path_a).unwrap();
+        file.write_all_at(&[before[artifact.len() / 2] ^ 1], (artifact.len() / 2) as u64).unwrap();
+        file.set_modified(modified).unwrap();
+        drop(file);
+        assert_ne!(std::fs::read(&path_a).unwrap(), before, "the attack changed the entry");
+        assert_eq!(std::fs::metadata(&path_a).unwrap().modified().unwrap(), modified);
+        assert!(cache.lookup(&engine, &a).is_none(), "the changed entry is refused");
+        assert_eq!(full(), 5, "its stamp no longer fitted: checked in full");
+        assert!(!path_a.exists() && !stamp_path(&path_a).exists(), "entry and stamp discarded");
+
+        // Attack 2: another file (a valid artifact without the host's keyed
+        // hash) put in place of a stamped entry; the stamp is left as it was.
+        let planted = tmp.path().join("planted");
+        std::fs::write(&planted, &artifact).unwrap();
+        std::fs::rename(&planted, &path_b).unwrap();
+        assert!(stamp_path(&path_b).exists());
+        assert!(cache.lookup(&engine, &b).is_none(), "the planted file is refused");
+        assert_eq!(full(), 6);
+        assert!(!path_b.exists());
+
+        // Attack 3: a stamp copied from another entry, or garbage, for a
+        // genuine entry only costs a full check.
+        cache.store(&b, &artifact);
+        std::fs::write(stamp_path(&path_b), [7u8; STAMP_LEN]).unwrap();
+        assert!(cache.lookup(&engine, &b).is_some());
+        assert_eq!(full(), 7);
     }
 }

@@ -286,3 +286,22 @@ fn list_wasm(dir: &Path) -> Result<Vec<PathBuf>, PluginError> {
     files.sort();
     Ok(files)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A start loads the built-ins without compiling their tools' schemas
+    /// (`Manifest::from_builtin_component`): this is where they are.
+    #[test]
+    fn every_builtin_manifest_passes_the_full_check() {
+        assert!(!BUILTIN_PLUGINS.is_empty());
+        for builtin in BUILTIN_PLUGINS {
+            let full = Manifest::from_component(builtin.bytes).unwrap_or_else(|e| panic!("built-in {}: {e}", builtin.name));
+            assert_eq!(full.name, builtin.name);
+            assert!(full.tools.iter().all(|t| jsonschema::validator_for(&t.parameters).is_ok()));
+            let quick = Manifest::from_builtin_component(builtin.bytes).unwrap();
+            assert_eq!(quick, full);
+        }
+    }
+}

@@ -271,7 +271,10 @@ mod tests {
     fn an_artifact_of_the_compile_engine_loads_in_the_pooling_engine() {
         let component = b"\0asm\x0d\0\x01\0";
         let artifact = Component::new(&compile_engine().unwrap(), component).unwrap().serialize().unwrap();
-        let host = super::super::engine::build_engine(&Limits::default()).unwrap();
+        let host = super::super::engine::build_engine(&Limits::default(), true).unwrap();
         unsafe { Component::deserialize(&host, &artifact) }.expect("same code settings");
+        // The host that compiles in a child has no compiler of its own.
+        let loader = super::super::engine::build_engine(&Limits::default(), false).unwrap();
+        unsafe { Component::deserialize(&loader, &artifact) }.expect("same code settings, no compiler");
     }
 }

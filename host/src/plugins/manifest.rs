@@ -212,10 +212,27 @@ fn parse_error(e: &wasmparser::BinaryReaderError) -> ManifestError {
 impl Manifest {
     /// Parses manifest JSON and validates it.
     pub fn from_json(text: &[u8]) -> Result<Manifest, ManifestError> {
+        Self::parse(text, true)
+    }
+
+    fn parse(text: &[u8], compile_schemas: bool) -> Result<Manifest, ManifestError> {
         let manifest: Manifest = serde_json::from_slice(text)
             .map_err(|e| ManifestError::new(json_error_field(&e), e.to_string()))?;
-        manifest.validate()?;
+        manifest.check(compile_schemas)?;
         Ok(manifest)
+    }
+
+    /// The manifest of a first-party plugin (one compiled into the binary):
+    /// every rule is checked except compiling each tool's parameter schema,
+    /// which costs a start about 1 ms and 3 MB of resident memory (the
+    /// JSON Schema meta-schemas) for tools the run may never call. Those
+    /// schemas are fixed at build time and compiled by the test
+    /// `every_builtin_manifest_passes_the_full_check`; the tool registry
+    /// compiles a tool's schema at its first call anyway, and refuses the
+    /// call if it does not compile.
+    pub(crate) fn from_builtin_component(bytes: &[u8]) -> Result<Manifest, ManifestError> {
+        let section = find_section(bytes)?.ok_or_else(|| ManifestError::container(format!("a built-in plugin without a `{SECTION_NAME}` custom section")))?;
+        Self::parse(section, false)
     }
 
     /// Reads the manifest embedded in a component without compiling it.
@@ -227,6 +244,11 @@ impl Manifest {
 
     /// Checks every rule of `wit/README.md`; the first violation is returned.
     pub fn validate(&self) -> Result<(), ManifestError> {
+        self.check(true)
+    }
+
+    /// [`Manifest::validate`], compiling the tools' parameter schemas or not.
+    fn check(&self, compile_schemas: bool) -> Result<(), ManifestError> {
         if self.manifest_version != MANIFEST_VERSION {
             return Err(ManifestError::new(
                 "manifest_version",
@@ -253,7 +275,7 @@ impl Manifest {
             if !seen.insert(tool.name.as_str()) {
                 return Err(ManifestError::new(format!("{field}.name"), format!("duplicate tool name `{}`", tool.name)));
             }
-            check_parameters(&format!("{field}.parameters"), &tool.parameters)?;
+            check_parameters(&format!("{field}.parameters"), &tool.parameters, compile_schemas)?;
         }
         for (i, host) in self.capabilities.network.iter().enumerate() {
             super::grants::HostPattern::parse(host)
@@ -320,9 +342,12 @@ fn check_name(
     Ok(())
 }
 
-fn check_parameters(field: &str, schema: &Value) -> Result<(), ManifestError> {
+fn check_parameters(field: &str, schema: &Value, compile: bool) -> Result<(), ManifestError> {
     if schema.get("type").and_then(Value::as_str) != Some("object") {
         return Err(ManifestError::new(field, "must be a JSON Schema with \"type\": \"object\""));
+    }
+    if !compile {
+        return Ok(());
     }
     jsonschema::validator_for(schema)
         .map(|_| ())

@@ -171,9 +171,23 @@ pub struct PluginRuntime {
 }
 
 impl PluginRuntime {
-    /// Builds the engine and linker and starts the epoch ticker.
+    /// Builds the engine and linker and starts the epoch ticker; plugins are
+    /// compiled in process (for tests and benchmarks over trusted components).
     pub fn new(config: RuntimeConfig) -> Result<PluginRuntime, PluginError> {
-        let engine = build_engine(&config.limits)?;
+        Self::build(config, Isolation::InProcess)
+    }
+
+    /// [`PluginRuntime::new`] compiling in a child process running `program`
+    /// (the `chitin` binary) under the `[limits]` compile caps, when given;
+    /// the CLI's runtime. This engine then has no compiler at all: it only
+    /// loads what the child compiled, and a process that compiles nothing
+    /// does not pay for setting Cranelift up.
+    pub fn with_isolation(config: RuntimeConfig, compile_child: Option<PathBuf>) -> Result<PluginRuntime, PluginError> {
+        Self::build(config, compile_child.map_or(Isolation::InProcess, Isolation::Child))
+    }
+
+    fn build(config: RuntimeConfig, isolation: Isolation) -> Result<PluginRuntime, PluginError> {
+        let engine = build_engine(&config.limits, matches!(isolation, Isolation::InProcess))?;
         let mut linker = Linker::new(&engine);
         sandbox::add_to_linker(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
         Ok(PluginRuntime {
@@ -182,7 +196,7 @@ impl PluginRuntime {
             slots: Semaphore::new(config.limits.max_concurrent_calls.max(1) as usize),
             workspace: config.workspace,
             limits: config.limits,
-            isolation: Isolation::InProcess,
+            isolation,
             services: std::sync::RwLock::new(None),
             engine,
             linker,
@@ -191,7 +205,8 @@ impl PluginRuntime {
 
     /// Compiles components in a child process: `program` (the `chitin`
     /// binary) run as a compile child under the `[limits]` compile caps. The
-    /// CLI always does this; in-process compiling is for trusted fixtures.
+    /// CLI always does this (through [`PluginRuntime::with_isolation`], whose
+    /// engine has no compiler); in-process compiling is for trusted fixtures.
     pub fn with_compile_child(mut self, program: PathBuf) -> Self {
         self.isolation = Isolation::Child(program);
         self
@@ -231,7 +246,7 @@ impl PluginRuntime {
     /// Validates a first-party plugin without compiling it, or copying or
     /// hashing its bytes (the build script hashed them).
     pub fn load_builtin(&self, builtin: &'static super::catalog::Builtin, grants: &GrantConfig) -> Result<LoadedPlugin, PluginError> {
-        let (manifest, world) = read_manifest(&PluginSource::Builtin, builtin.bytes)?;
+        let (manifest, world) = read_builtin_manifest(builtin.bytes)?;
         Self::loaded(PluginSource::Builtin, ComponentBytes::Static(builtin.bytes), builtin.hash, manifest, world, grants)
     }
 
@@ -404,6 +419,16 @@ impl PluginRuntime {
 fn read_manifest(source: &PluginSource, bytes: &[u8]) -> Result<(Manifest, World), PluginError> {
     let error = |e| PluginError::Manifest { plugin: source.to_string(), source: e };
     let manifest = Manifest::from_component(bytes).map_err(error)?;
+    let world = World::detect(bytes).map_err(error)?;
+    world.check(&manifest).map_err(error)?;
+    Ok((manifest, world))
+}
+
+/// [`read_manifest`] for a first-party plugin (see
+/// [`Manifest::from_builtin_component`]).
+fn read_builtin_manifest(bytes: &[u8]) -> Result<(Manifest, World), PluginError> {
+    let error = |e| PluginError::Manifest { plugin: PluginSource::Builtin.to_string(), source: e };
+    let manifest = Manifest::from_builtin_component(bytes).map_err(error)?;
     let world = World::detect(bytes).map_err(error)?;
     world.check(&manifest).map_err(error)?;
     Ok((manifest, world))

@@ -215,18 +215,16 @@ impl TurnContext {
         self.scope.tools.clone().unwrap_or_else(|| core.tools.clone())
     }
 
-    /// How the turn ended, as [`crate::bus::STOP_REASON`] words it.
-    pub fn stop_reason_text(&self) -> String {
-        match self.stop_reason {
-            Some(reason) => serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_else(|| "error".into()),
-            None => "command".into(),
-        }
+    /// How the turn ended, for its reply: the run's reason, or
+    /// `Command` when a slash command answered without a run.
+    pub fn stop(&self) -> crate::bus::StopReason {
+        self.stop_reason.map_or(crate::bus::StopReason::Command, Into::into)
     }
 
     /// A fresh context for `inbound`.
     pub fn new(inbound: InboundMessage) -> Self {
         // An inbound message that brings its own history is a one-off.
-        let ephemeral = inbound.metadata.contains_key(crate::bus::EPHEMERAL_HISTORY);
+        let ephemeral = inbound.ephemeral_history.is_some();
         let inbox = crate::durable::InboxRef::of(&inbound);
         TurnContext {
             session_key: inbound.session_key(),

@@ -2,11 +2,10 @@
 //! latency; nothing when a `message` tool already answered this chat and
 //! the user said nothing more since (see `ActiveTurn::reply_suppressed`).
 
-use serde_json::Value;
 
 use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::core::AgentCore;
-use crate::bus::{OutboundKind, OutboundMessage};
+use crate::bus::{OutboundKind, OutboundMessage, Reply, TokenUsage};
 
 /// The reply of a SYSTEM turn (a subagent's result) that produced no text.
 pub const BACKGROUND_DONE: &str = "Background task completed.";
@@ -28,14 +27,12 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     }
     // An error reply was never streamed, even when streaming was on.
     let streamed = ctx.sink.streams_text() && ctx.stop_reason != Some(crate::agent::runner::StopReason::Error);
-    reply.kind = OutboundKind::Message { streamed };
-    reply.metadata.insert(crate::bus::STOP_REASON.into(), Value::from(ctx.stop_reason_text()));
-    let latency_ms = ctx.started.elapsed().as_millis() as u64;
-    reply.metadata.insert("latency_ms".into(), Value::from(latency_ms));
-    if let Some(usage) = ctx.usage.filter(|u| u.prompt_tokens + u.completion_tokens > 0) {
-        let usage = serde_json::json!({"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens});
-        reply.metadata.insert(crate::bus::USAGE.into(), usage);
-    }
+    let usage = ctx
+        .usage
+        .filter(|u| u.prompt_tokens + u.completion_tokens > 0)
+        .map(|u| TokenUsage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+    let latency_ms = Some(ctx.started.elapsed().as_millis() as u64);
+    reply.kind = OutboundKind::Message(Reply { streamed, stop: Some(ctx.stop()), usage, latency_ms, ..Reply::default() });
     if let Some(id) = ctx.inbound.metadata.get("message_id") {
         reply.reply_to = id.as_str().map(str::to_string).or_else(|| Some(id.to_string()));
     }

@@ -42,7 +42,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
         let max = core.settings.max_attachment_kb.saturating_mul(1024);
         crate::agent::attachments::inline_documents(&core.tools, &mut ctx.inbound, &ctx.session_key, max).await;
     }
-    if let Some(history) = ctx.inbound.metadata.get(crate::bus::EPHEMERAL_HISTORY) {
+    if let Some(history) = ctx.inbound.ephemeral_history.as_ref() {
         // A one-off with the caller's history: nothing is loaded or saved.
         let mut session = Session::new(&ctx.session_key);
         match serde_json::from_value::<Vec<Message>>(history.clone()) {
