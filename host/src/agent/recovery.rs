@@ -57,6 +57,20 @@ fn holds(session: &Session, id: u64) -> bool {
     session.messages.iter().any(|m| m.role == Role::User && m.meta.get(INBOX_ID).and_then(Value::as_u64) == Some(id))
 }
 
+/// Publishes `reply`, recorded for row `id` by an earlier process: with the
+/// delivery mark when `mark`, and, when it was streamed, linked to the
+/// platform message its stream created (so it becomes that message's
+/// final edit, not a second message).
+fn resend(bus: &crate::bus::MessageBus, inbox: &std::sync::Arc<crate::durable::Inbox>, id: u64, mut reply: OutboundMessage, mark: bool) {
+    if mark {
+        reply.ack = delivery_ack(inbox, id);
+    }
+    if reply.kind.reply().is_some_and(|r| r.streamed) {
+        reply.stream = super::responder::stream_link(inbox, id);
+    }
+    bus.publish_outbound(reply);
+}
+
 impl AgentLoop {
     /// Finishes what a dead process left (see the module docs). Called by
     /// [`AgentLoop::run`] before it takes messages, and by the interactive
@@ -65,12 +79,8 @@ impl AgentLoop {
         let core = self.core();
         let mut report = Recovery::default();
         let Some(inbox) = core.bus.inbox().cloned() else { return report };
-        for (id, mut reply) in inbox.undelivered() {
-            reply.ack = delivery_ack(&inbox, id);
-            if reply.kind.reply().is_some_and(|r| r.streamed) {
-                reply.stream = super::responder::stream_link(&inbox, id);
-            }
-            core.bus.publish_outbound(reply);
+        for (id, reply) in inbox.undelivered() {
+            resend(&core.bus, &inbox, id, reply, true);
             report.resent += 1;
         }
         for row in inbox.open_rows() {
@@ -90,14 +100,8 @@ impl AgentLoop {
                     let needs_mark = reply.as_ref().is_some_and(needs_delivery_mark);
                     match inbox.done(InboxRef { id }, &also, reply.as_ref(), !needs_mark) {
                         Ok(true) => {
-                            if let Some(mut reply) = reply {
-                                if needs_mark {
-                                    reply.ack = delivery_ack(&inbox, id);
-                                }
-                                if reply.kind.reply().is_some_and(|r| r.streamed) {
-                                    reply.stream = super::responder::stream_link(&inbox, id);
-                                }
-                                core.bus.publish_outbound(reply);
+                            if let Some(reply) = reply {
+                                resend(&core.bus, &inbox, id, reply, needs_mark);
                             }
                         }
                         Ok(false) => {}
