@@ -8,14 +8,13 @@
 //! read the manifest and world, audit the imports, refuse name and tool
 //! collisions, compile and link it into the cache, show the review, get the
 //! user's approval, then write `plugins/<name>/<sha256>.wasm` and
-//! `chitin.lock`. The library side is `chitin::market`.
+//! `chitin.lock`. The pipeline is `chitin::market::install`; this module
+//! glues it to the config, the terminal and the prompt.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use chrono::Utc;
@@ -27,17 +26,12 @@ use chitin::app::AppOptions;
 use chitin::config::{Config, DataDir};
 use chitin::market::audit;
 use chitin::market::index::{self, Index, IndexPlugin, IndexSource, IndexVersion, PublisherConfig};
+use chitin::market::install::{Approve, Candidate, Installed, Installer, check_artifact, check_name, commit, compile, obtain};
 use chitin::market::lock::{self, Lock, Locked};
-use chitin::market::snapshot::Snapshot;
-use chitin::market::{MarketError, fetch, sha256_hex, sign, store};
-use chitin::plugins::catalog::check_install;
+use chitin::market::{MarketError, sha256_hex, sign, store};
 use chitin::plugins::world::World;
-use chitin::plugins::{LoadedPlugin, Manifest, PluginRuntime, PluginSource, RuntimeConfig};
+use chitin::plugins::{Manifest, PluginRuntime, RuntimeConfig};
 
-/// The largest `index.json` read.
-const MAX_INDEX_BYTES: u64 = 16 << 20;
-/// The largest signature read.
-const MAX_SIGNATURE_BYTES: u64 = 4 << 10;
 
 /// `chitin plugin index ...`: for index operators.
 #[derive(Debug, Subcommand)]
@@ -84,204 +78,49 @@ pub enum IndexCommand {
     },
 }
 
-/// Everything a marketplace command works with.
-struct Ctx {
-    data: DataDir,
-    config_file: PathBuf,
-    config: Config,
-    lock_path: PathBuf,
-    runtime: PluginRuntime,
-}
-
-impl Ctx {
-    fn open(data: &DataDir, options: &AppOptions) -> anyhow::Result<Ctx> {
-        let config_file = options.config_file.clone().unwrap_or_else(|| data.config_file());
-        let config = Config::load(&config_file)?;
-        let runtime = PluginRuntime::with_isolation(
-            RuntimeConfig { workspace: data.default_workspace(), cache_dir: Some(data.cache_dir()), limits: config.limits.clone() },
-            options.compile_child.clone(),
-        )?;
-        let lock_path = lock::path_for(&config_file);
-        Ok(Ctx { data: data.clone(), config_file, config, lock_path, runtime })
-    }
-
-    fn max_component(&self) -> u64 {
-        self.config.limits.max_component_mb.saturating_mul(1 << 20)
-    }
-
-    /// The configured indexes, or the one `--index` names.
-    fn sources(&self, only: Option<&str>) -> Result<Vec<IndexSource>, MarketError> {
-        if self.config.plugin_index.is_empty() {
-            return Err(MarketError::NoIndex { config: self.config_file.clone() });
-        }
-        match only {
-            None => Ok(self.config.plugin_index.clone()),
-            Some(name) => match self.config.plugin_index.iter().find(|s| s.name == name) {
-                Some(source) => Ok(vec![source.clone()]),
-                None => Err(MarketError::UnknownIndex { name: name.into(), known: self.config.plugin_index.iter().map(|s| s.name.clone()).collect::<Vec<_>>().join(", ") }),
-            },
-        }
-    }
-
-    /// Fetches and accepts (signature, rollback, expiry) one index.
-    async fn index(&self, source: &IndexSource) -> Result<(Index, Url), MarketError> {
-        let url = fetch::parse(&source.url)?;
-        let timeout = Duration::from_secs(source.timeout_secs.max(1));
-        let bytes = fetch::get(&url, MAX_INDEX_BYTES, timeout).await?;
-        let sig_url = fetch::parse(&format!("{}.minisig", url.as_str()))?;
-        let sig = fetch::get(&sig_url, MAX_SIGNATURE_BYTES, timeout).await?;
-        let sig = String::from_utf8(sig).map_err(|_| MarketError::IndexSignature { index: source.name.clone(), keys: String::new(), message: "the signature file is not text".into() })?;
-        let index = index::accept(source, &index::state_dir(self.data.root()), &bytes, &sig, Utc::now())?;
-        Ok((index, url))
-    }
-}
-
-/// A verified, audited, compiled component not yet installed.
-struct Candidate {
-    name: String,
-    version: String,
-    bytes: Arc<[u8]>,
-    sha256: String,
-    url: String,
-    source: String,
-    publisher: String,
-    key_id: String,
-    /// The publisher key to pin when it came from the index
-    /// (`--trust-publisher`).
-    trust: Option<String>,
-    snapshot: Snapshot,
-    notes: Vec<String>,
-    plugin: LoadedPlugin,
-}
-
-impl Candidate {
-    fn locked(&self) -> Locked {
-        Locked {
-            version: self.version.clone(),
-            source: self.source.clone(),
-            url: self.url.clone(),
-            sha256: self.sha256.clone(),
-            size: self.bytes.len() as u64,
-            world: self.snapshot.world.clone(),
-            publisher: self.publisher.clone(),
-            key_id: self.key_id.clone(),
-            approved_at: Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            approved: self.snapshot.clone(),
-            escalations: Vec::new(),
-        }
-    }
-}
-
-/// The publisher keys `publisher` is pinned with, or (with
-/// `--trust-publisher`) the ones the signed index offers.
-fn publisher_keys(ctx: &Ctx, index: &Index, name: &str, publisher: &str, trust: bool) -> Result<(Vec<String>, bool), MarketError> {
-    if let Some(pinned) = ctx.config.publishers.get(publisher) {
-        return Ok((pinned.keys.clone(), false));
-    }
-    let offered = index.publishers.get(publisher).map(|p| p.keys.clone()).unwrap_or_default();
-    if trust && !offered.is_empty() {
-        return Ok((offered, true));
-    }
-    Err(MarketError::UnknownPublisher {
-        name: name.into(),
-        publisher: publisher.into(),
-        key: offered.first().cloned().unwrap_or_else(|| "(the index offers none)".into()),
-        config: ctx.config_file.clone(),
+/// The installer over the config `options` name (or the data dir's).
+fn open(data: &DataDir, options: &AppOptions) -> anyhow::Result<Installer> {
+    let config_file = options.config_file.clone().unwrap_or_else(|| data.config_file());
+    let config = Config::load(&config_file)?;
+    let runtime = PluginRuntime::with_isolation(
+        RuntimeConfig { workspace: data.default_workspace(), cache_dir: Some(data.cache_dir()), limits: config.limits.clone() },
+        options.compile_child.clone(),
+    )?;
+    let lock_path = lock::path_for(&config_file);
+    Ok(Installer {
+        data_root: data.root().to_path_buf(),
+        plugins_dir: data.plugins_dir(),
+        config_file,
+        lock_path,
+        limits: config.limits,
+        plugin_index: config.plugin_index,
+        publishers: config.publishers,
+        grants: config.plugins,
+        runtime,
     })
 }
 
-/// Fetches and checks `entry` of plugin `name` from `index` (at `base`),
-/// then audits, collision-checks and compiles it.
-async fn obtain(ctx: &Ctx, source: &IndexSource, index: &Index, base: &Url, name: &str, plugin: &IndexPlugin, entry: &IndexVersion, trust: bool) -> Result<Candidate, MarketError> {
-    let version = entry.version.clone();
-    let what = format!("{name} {version}");
-    let (keys, from_index) = publisher_keys(ctx, index, name, &plugin.publisher, trust)?;
-    let url = fetch::join(base, &entry.artifact.url)?;
-    let cap = entry.artifact.size.min(ctx.max_component());
-    if entry.artifact.size > ctx.max_component() {
-        return Err(MarketError::Size { what: format!("{what} is larger than [limits] max_component_mb"), expected: ctx.max_component(), got: entry.artifact.size });
-    }
-    // One byte past the size the index names is enough to know it lies.
-    let bytes = fetch::get(&url, cap + 1, Duration::from_secs(source.timeout_secs.max(1))).await?;
-    if bytes.len() as u64 != entry.artifact.size {
-        return Err(MarketError::Size { what: format!("{what} ({url})"), expected: entry.artifact.size, got: bytes.len() as u64 });
-    }
-    let sha256 = sha256_hex(&bytes);
-    if sha256 != entry.artifact.sha256.to_ascii_lowercase() {
-        return Err(MarketError::Digest { what: format!("{what} ({url})"), expected: entry.artifact.sha256.clone(), got: sha256 });
-    }
-    let verified = check_artifact(name, &version, &plugin.publisher, &keys, &bytes, &sha256, &entry.signature)?;
-    let (plugin_loaded, snapshot, notes) = review_component(ctx, &what, name, &version, bytes.clone().into())?;
-    // What `search` showed must be what is reviewed: an index that
-    // describes a component as asking less than it does is refused.
-    if entry.capabilities != plugin_loaded.manifest.capabilities {
-        return Err(MarketError::ManifestMismatch {
-            what: format!("{what}: capabilities"),
-            expected: serde_json::to_string(&entry.capabilities).unwrap_or_default(),
-            got: shown(&serde_json::to_string(&plugin_loaded.manifest.capabilities).unwrap_or_default(), 1024, "capabilities"),
-        });
-    }
-    if snapshot.world != entry.world {
-        return Err(MarketError::UnsupportedWorld { what, message: format!("it exports {}, the index says {}", snapshot.world, entry.world) });
-    }
-    Ok(Candidate {
-        name: name.into(),
-        version,
-        bytes: bytes.into(),
-        sha256,
-        url: url.to_string(),
-        source: format!("index:{}", source.name),
-        publisher: plugin.publisher.clone(),
-        key_id: verified.key_id,
-        trust: from_index.then(|| verified.key),
-        snapshot,
-        notes,
-        plugin: plugin_loaded,
-    })
+/// The terminal side of an install: the review printed, the `[y/N]`
+/// prompt (or `--yes`), and a new publisher pinned in config.toml.
+struct Prompt<'a> {
+    yes: bool,
+    config_file: &'a Path,
 }
 
-/// The publisher's signature over `bytes` and its signed comment.
-fn check_artifact(name: &str, version: &str, publisher: &str, keys: &[String], bytes: &[u8], sha256: &str, signature: &str) -> Result<sign::Verified, MarketError> {
-    let verified = sign::verify(keys, bytes, signature).map_err(|e| match e {
-        sign::VerifyError::NoSuchKey { signed_by } => MarketError::PublisherKey {
-            name: name.into(),
-            version: version.into(),
-            publisher: publisher.into(),
-            key_id: signed_by,
-            pinned: keys.iter().map(|k| sign::key_id(k).unwrap_or_else(|| "(not a key)".into())).collect::<Vec<_>>().join(", "),
-        },
-        sign::VerifyError::Invalid { key_id, message } => MarketError::ArtifactSignature { name: name.into(), version: version.into(), publisher: publisher.into(), key_id, message },
-    })?;
-    let expected = sign::artifact_comment(name, version, sha256);
-    if verified.trusted_comment != expected {
-        return Err(MarketError::CommentMismatch { name: name.into(), version: version.into(), signed: chitin::text::clip_for_terminal(&verified.trusted_comment, 512, "comment"), expected });
-    }
-    Ok(verified)
-}
+impl Approve for Prompt<'_> {
+    type Error = anyhow::Error;
 
-/// Reads the manifest and world, audits the imports, refuses collisions and
-/// compiles and links the component (nothing of it runs).
-fn review_component(ctx: &Ctx, what: &str, name: &str, version: &str, bytes: Arc<[u8]>) -> Result<(LoadedPlugin, Snapshot, Vec<String>), MarketError> {
-    let world = World::detect(&bytes).map_err(|e| MarketError::UnsupportedWorld { what: what.into(), message: e.message.clone() })?;
-    let manifest = Manifest::from_component(&bytes).map_err(|source| chitin::plugins::PluginError::Manifest { plugin: what.into(), source })?;
-    if manifest.name != name || manifest.version != version {
-        return Err(MarketError::ManifestMismatch { what: what.into(), expected: format!("{name} {version}"), got: format!("{} {}", shown(&manifest.name, 64, "name"), shown(&manifest.version, 64, "version")) });
+    fn review(&mut self, candidate: &Candidate, before: Option<&Locked>) -> anyhow::Result<()> {
+        Ok(print_review(candidate, before)?)
     }
-    let found = audit::audit(&bytes, &manifest).map_err(|message| MarketError::Audit { what: what.into(), message })?;
-    let snapshot = Snapshot::of(&manifest, &format!("chitin:plugin/{world}"), &found);
-    let dir = ctx.data.plugins_dir();
-    let dest = store::file(&dir, name, &sha256_hex(&bytes));
-    check_install(&manifest, &dir, &dest)?;
-    let grant = ctx.config.plugins.get(name).cloned().unwrap_or_else(|| snapshot.grant());
-    let plugin = ctx.runtime.load(PluginSource::File(dest), bytes, &grant)?;
-    Ok((plugin, snapshot, found.notes))
-}
 
-/// Compiles and links into the cache, so the first call does not compile,
-/// and instantiates it once (no export is called).
-async fn compile(ctx: &Ctx, candidate: &Candidate) -> Result<(), MarketError> {
-    ctx.runtime.check_instantiate(&candidate.plugin).await?;
-    Ok(())
+    fn approve(&mut self, what: &str) -> anyhow::Result<()> {
+        Ok(approve(what, self.yes)?)
+    }
+
+    fn pin_publisher(&mut self, publisher: &str, key: &str) -> anyhow::Result<()> {
+        pin_publisher(self.config_file, publisher, key)
+    }
 }
 
 fn print_review(candidate: &Candidate, before: Option<&Locked>) -> std::io::Result<()> {
@@ -371,123 +210,21 @@ fn pin_publisher(config_file: &Path, name: &str, key: &str) -> anyhow::Result<()
     Ok(())
 }
 
-/// Writes the candidate's file and lock entry, and drops its other files.
-fn commit(ctx: &Ctx, lock: &mut Lock, candidate: &Candidate) -> anyhow::Result<PathBuf> {
-    // The publisher first: if its key cannot be pinned, nothing is installed.
-    if let Some(key) = &candidate.trust {
-        pin_publisher(&ctx.config_file, &candidate.publisher, key)?;
-    }
-    let dir = ctx.data.plugins_dir();
-    let path = store::write(&dir, &candidate.name, &candidate.sha256, &candidate.bytes)?;
-    lock.staged.remove(&candidate.name);
-    lock.plugins.insert(candidate.name.clone(), candidate.locked());
-    lock.save(&ctx.lock_path)?;
-    store::prune(&dir, &candidate.name, &[&candidate.sha256])?;
-    Ok(path)
-}
-
-/// `NAME[@REQ]`.
-fn parse_target(target: &str) -> Result<(String, semver::VersionReq), MarketError> {
-    let (name, req) = target.split_once('@').unwrap_or((target, "*"));
-    let req = semver::VersionReq::parse(req).map_err(|e| MarketError::BadRequirement { given: target.into(), message: e.to_string() })?;
-    check_name(name).map_err(|message| MarketError::BadRequirement { given: target.into(), message })?;
-    Ok((name.to_string(), req))
-}
-
-/// A plugin name as manifests spell them; it becomes a directory name
-/// under plugins/, so nothing else (no `/`, no `..`) is accepted.
-fn check_name(name: &str) -> Result<(), String> {
-    let ok = name.chars().next().is_some_and(|c| c.is_ascii_lowercase()) && name.len() <= 64 && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
-    if ok { Ok(()) } else { Err(format!("`{}` is not a plugin name (a lowercase letter, then letters, digits, `-` or `_`)", shown(name, 64, "name"))) }
-}
-
 /// `chitin plugin install NAME[@REQ] | URL`.
 pub async fn install(target: &str, index_name: Option<&str>, yes: bool, trust: bool, frozen: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
-    let ctx = Ctx::open(data, options)?;
+    let ctx = open(data, options)?;
     let mut lock = Lock::load(&ctx.lock_path)?;
-    if target.contains("://") {
-        return install_url(&ctx, &mut lock, target, yes, frozen).await;
+    let mut prompt = Prompt { yes, config_file: &ctx.config_file };
+    match chitin::market::install::install(&ctx, &mut lock, target, index_name, trust, frozen, &mut prompt).await? {
+        Installed::Already { name, version } => outln!("{name} {} is already installed", shown(&version, 64, "version"))?,
+        Installed::New { name, version, path } => outln!("installed {name} {version} to {}", path.display())?,
     }
-    let (name, mut req) = parse_target(target)?;
-    let locked = lock.plugins.get(&name).cloned();
-    if frozen {
-        // Reproduce exactly what the lock says, or fail.
-        let Some(locked) = &locked else { return Err(MarketError::Frozen { change: format!("{name} is not in {}", ctx.lock_path.display()) }.into()) };
-        req = semver::VersionReq::parse(&format!("={}", locked.version)).map_err(|e| MarketError::BadRequirement { given: locked.version.clone(), message: e.to_string() })?;
-    }
-    let mut found = None;
-    let mut searched = Vec::new();
-    for source in ctx.sources(index_name)? {
-        let (index, base) = ctx.index(&source).await?;
-        searched.push(format!("`{}`", source.name));
-        if index.plugins.contains_key(&name) {
-            found = Some((source, index, base));
-            break;
-        }
-    }
-    let Some((source, index, base)) = found else { return Err(MarketError::NotFound { name, searched: format!("the indexes {}", searched.join(", ")) }.into()) };
-    let (plugin, entry) = index.pick(&name, &req)?;
-    if let Some(old) = &locked
-        && old.sha256 == entry.artifact.sha256
-        && old.source == format!("index:{}", source.name)
-    {
-        let path = store::file(&ctx.data.plugins_dir(), &name, &old.sha256);
-        if store::read_checked(&path, &name, old).is_ok() {
-            outln!("{name} {} is already installed", shown(&old.version, 64, "version"))?;
-            return Ok(ExitCode::SUCCESS);
-        }
-    }
-    let candidate = obtain(&ctx, &source, &index, &base, &name, plugin, entry, trust).await?;
-    if frozen && locked.as_ref().is_some_and(|l| l.sha256 != candidate.sha256) {
-        return Err(MarketError::Frozen { change: format!("{name} {} in the index has SHA-256 {}, the lock {}", candidate.version, candidate.sha256, locked.as_ref().map(|l| l.sha256.as_str()).unwrap_or("")) }.into());
-    }
-    compile(&ctx, &candidate).await?;
-    print_review(&candidate, locked.as_ref())?;
-    // Reinstalling what is locked (a new machine, `--frozen`) needs no new
-    // approval: the lock is the approval.
-    let already_approved = locked.as_ref().is_some_and(|l| l.sha256 == candidate.sha256 && l.approved == candidate.snapshot);
-    if !already_approved {
-        approve(&format!("install {name} {}", candidate.version), yes)?;
-    }
-    let path = commit(&ctx, &mut lock, &candidate)?;
-    outln!("installed {name} {} to {}", candidate.version, path.display())?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `install https://…/x.wasm`: the signature beside it (`.minisig`), by a
-/// pinned publisher key; the name and version come from the signed comment.
-async fn install_url(ctx: &Ctx, lock: &mut Lock, target: &str, yes: bool, frozen: bool) -> anyhow::Result<ExitCode> {
-    let url = fetch::parse(target)?;
-    let timeout = Duration::from_secs(60);
-    let bytes = fetch::get(&url, ctx.max_component(), timeout).await?;
-    let sig = fetch::get(&fetch::parse(&format!("{}.minisig", url.as_str()))?, MAX_SIGNATURE_BYTES, timeout).await?;
-    let sig = String::from_utf8_lossy(&sig).into_owned();
-    let sha256 = sha256_hex(&bytes);
-    let signed_by = sign::signature_key_id(&sig).unwrap_or_default();
-    let Some((publisher, keys)) = ctx.config.publishers.iter().find(|(_, p)| p.keys.iter().any(|k| sign::key_id(k).as_deref() == Some(signed_by.as_str()))) else {
-        return Err(MarketError::PublisherKey { name: target.into(), version: String::new(), publisher: "(any)".into(), key_id: signed_by, pinned: ctx.config.publishers.keys().cloned().collect::<Vec<_>>().join(", ") }.into());
-    };
-    let manifest = Manifest::from_component(&bytes).map_err(|source| chitin::plugins::PluginError::Manifest { plugin: target.into(), source })?;
-    let (name, version) = (manifest.name.clone(), manifest.version.clone());
-    let what = format!("{name} {version}");
-    let verified = check_artifact(&name, &version, publisher, &keys.keys, &bytes, &sha256, &sig)?;
-    let locked = lock.plugins.get(&name).cloned();
-    if frozen && locked.as_ref().is_none_or(|l| l.sha256 != sha256) {
-        return Err(MarketError::Frozen { change: format!("{what} from {url}") }.into());
-    }
-    let (plugin, snapshot, notes) = review_component(ctx, &what, &name, &version, bytes.clone().into())?;
-    let candidate = Candidate { name: name.clone(), version, bytes: bytes.into(), sha256, url: url.to_string(), source: url.to_string(), publisher: publisher.clone(), key_id: verified.key_id, trust: None, snapshot, notes, plugin };
-    compile(ctx, &candidate).await?;
-    print_review(&candidate, locked.as_ref())?;
-    approve(&format!("install {what}"), yes)?;
-    let path = commit(ctx, lock, &candidate)?;
-    outln!("installed {what} to {}", path.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// `chitin plugin search QUERY`.
 pub async fn search(query: &str, index_name: Option<&str>, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
-    let ctx = Ctx::open(data, options)?;
+    let ctx = open(data, options)?;
     let needle = query.to_lowercase();
     let mut hits = 0;
     for source in ctx.sources(index_name)? {
@@ -517,7 +254,7 @@ pub async fn search(query: &str, index_name: Option<&str>, data: &DataDir, optio
 
 /// `chitin plugin update [NAME...]`.
 pub async fn update(names: &[String], yes: bool, frozen: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
-    let ctx = Ctx::open(data, options)?;
+    let ctx = open(data, options)?;
     let mut lock = Lock::load(&ctx.lock_path)?;
     let names: Vec<String> = if names.is_empty() { lock.plugins.keys().cloned().collect() } else { names.to_vec() };
     let mut indexes: BTreeMap<String, (IndexSource, Index, Url)> = BTreeMap::new();
@@ -573,15 +310,15 @@ pub async fn update(names: &[String], yes: bool, frozen: bool, data: &DataDir, o
         print_review(&candidate, Some(&locked))?;
         let escalations = locked.approved.escalations(&candidate.snapshot);
         if escalations.is_empty() || yes {
-            let path = commit(&ctx, &mut lock, &candidate)?;
+            let path = commit(&ctx, &mut lock, &candidate, &mut Prompt { yes, config_file: &ctx.config_file })?;
             outln!("updated {name} {} → {} ({})", locked.version, candidate.version, path.display())?;
             continue;
         }
         // Staged: the file is kept beside the installed one, unused, until
         // `approve`; the installed version keeps running.
-        store::write(&ctx.data.plugins_dir(), &name, &candidate.sha256, &candidate.bytes)?;
+        store::write(&ctx.plugins_dir.clone(), &name, &candidate.sha256, &candidate.bytes)?;
         // An older staged update is replaced.
-        store::prune(&ctx.data.plugins_dir(), &name, &[&locked.sha256, &candidate.sha256])?;
+        store::prune(&ctx.plugins_dir.clone(), &name, &[&locked.sha256, &candidate.sha256])?;
         let mut staged = candidate.locked();
         staged.escalations = escalations.clone();
         lock.staged.insert(name.clone(), staged);
@@ -595,12 +332,12 @@ pub async fn update(names: &[String], yes: bool, frozen: bool, data: &DataDir, o
 /// `chitin plugin approve NAME`: applies a staged update.
 pub fn approve_staged(name: &str, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
     check_name(name).map_err(anyhow::Error::msg)?;
-    let ctx = Ctx::open(data, options)?;
+    let ctx = open(data, options)?;
     let mut lock = Lock::load(&ctx.lock_path)?;
     let Some(mut staged) = lock.staged.remove(name) else {
         bail!("no update of `{name}` is waiting for approval (see `chitin plugin update`)");
     };
-    let dir = ctx.data.plugins_dir();
+    let dir = ctx.plugins_dir.clone();
     let path = store::file(&dir, name, &staged.sha256);
     store::read_checked(&path, name, &staged).with_context(|| format!("the staged update of {name} changed since it was verified; run `chitin plugin update {name}` again"))?;
     let old = lock.plugins.get(name).map(|l| l.version.clone()).unwrap_or_default();
@@ -618,9 +355,9 @@ pub fn approve_staged(name: &str, data: &DataDir, options: &AppOptions) -> anyho
 /// `chitin plugin remove NAME [--purge]`.
 pub fn remove(name: &str, purge: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
     check_name(name).map_err(anyhow::Error::msg)?;
-    let ctx = Ctx::open(data, options)?;
+    let ctx = open(data, options)?;
     let mut lock = Lock::load(&ctx.lock_path)?;
-    let dir = ctx.data.plugins_dir();
+    let dir = ctx.plugins_dir.clone();
     let mut files: Vec<PathBuf> = lock.plugins.get(name).into_iter().chain(lock.staged.get(name)).map(|l| store::file(&dir, name, &l.sha256)).collect();
     let legacy = dir.join(format!("{name}.wasm"));
     if legacy.is_file() {
@@ -646,7 +383,7 @@ pub fn remove(name: &str, purge: bool, data: &DataDir, options: &AppOptions) -> 
         std::fs::remove_file(&legacy).with_context(|| format!("cannot remove {}", legacy.display()))?;
     }
     outln!("removed {name}{}", if purge { " and its compiled code" } else { "" })?;
-    if ctx.config.plugins.contains_key(name) {
+    if ctx.grants.contains_key(name) {
         outln!("its [plugins.{name}] table in {} is left as you wrote it", ctx.config_file.display())?;
     }
     Ok(ExitCode::SUCCESS)
@@ -654,9 +391,9 @@ pub fn remove(name: &str, purge: bool, data: &DataDir, options: &AppOptions) -> 
 
 /// `chitin plugin verify [--frozen]`: every installed file against the lock.
 pub fn verify(frozen: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
-    let ctx = Ctx::open(data, options)?;
+    let ctx = open(data, options)?;
     let lock = Lock::load(&ctx.lock_path)?;
-    let dir = ctx.data.plugins_dir();
+    let dir = ctx.plugins_dir.clone();
     let mut bad = 0;
     for (kind, entries) in [("", &lock.plugins), (" (staged)", &lock.staged)] {
         for (name, locked) in entries {

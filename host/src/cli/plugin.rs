@@ -14,7 +14,7 @@ use super::{for_terminal, json_for_terminal, shown};
 use chitin::app::AppOptions;
 use chitin::config::{Config, DataDir};
 use chitin::plugins::catalog::{check_install, grant_for};
-use chitin::plugins::manifest::{self, Manifest};
+use chitin::plugins::manifest;
 use chitin::plugins::{GrantConfig, LoadedPlugin, PluginRuntime, PluginSource, RuntimeConfig};
 
 #[derive(Debug, Subcommand)]
@@ -361,19 +361,8 @@ fn summarize_parameters(schema: &Value) -> String {
         .join(", ")
 }
 
-/// A manifest written as TOML (`plugin.toml`), validated.
-pub(super) fn manifest_from_toml(manifest_path: &Path) -> anyhow::Result<Manifest> {
-    let text = std::fs::read_to_string(manifest_path).with_context(|| format!("cannot read {}", manifest_path.display()))?;
-    let mut table: toml::Table = toml::from_str(&text).with_context(|| format!("{} is not valid TOML", manifest_path.display()))?;
-    table.entry("manifest_version").or_insert(toml::Value::Integer(manifest::MANIFEST_VERSION.into()));
-    let value = serde_json::to_value(&table)?;
-    let manifest: Manifest = serde_json::from_value(value).with_context(|| format!("{}: not a valid manifest", manifest_path.display()))?;
-    manifest.validate().with_context(|| format!("{}", manifest_path.display()))?;
-    Ok(manifest)
-}
-
 fn pack(manifest_path: &Path, input: &Path, output: &Path) -> anyhow::Result<ExitCode> {
-    let manifest = manifest_from_toml(manifest_path)?;
+    let manifest = manifest::from_toml(manifest_path)?;
     let component = std::fs::read(input).with_context(|| format!("cannot read {}", input.display()))?;
     let packed = manifest::pack(&component, &manifest).with_context(|| format!("cannot pack {}", input.display()))?;
     std::fs::write(output, &packed).with_context(|| format!("cannot write {}", output.display()))?;

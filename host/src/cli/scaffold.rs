@@ -201,7 +201,7 @@ fn build_rust(dir: &Path) -> anyhow::Result<(Manifest, Vec<u8>)> {
     let component = std::fs::read(&built).with_context(|| format!("cargo built no {} (is the crate a cdylib?)", built.display()))?;
     let toml = dir.join("plugin.toml");
     if toml.is_file() {
-        let manifest = super::plugin::manifest_from_toml(&toml)?;
+        let manifest = manifest::from_toml(&toml)?;
         let packed = manifest::pack(&component, &manifest).with_context(|| format!("cannot pack {}", built.display()))?;
         return Ok((manifest, packed));
     }

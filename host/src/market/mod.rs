@@ -20,6 +20,7 @@ pub mod audit;
 mod error;
 pub mod fetch;
 pub mod index;
+pub mod install;
 pub mod lock;
 pub mod sign;
 pub mod snapshot;

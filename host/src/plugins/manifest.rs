@@ -463,6 +463,35 @@ pub fn pack(component: &[u8], manifest: &Manifest) -> Result<Vec<u8>, ManifestEr
     Ok(out.finish())
 }
 
+/// Why a `plugin.toml` could not become a [`Manifest`]; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FromTomlError {
+    /// The file could not be read.
+    #[error("cannot read {}", path.display())]
+    Read { path: std::path::PathBuf, source: std::io::Error },
+    /// The file is not TOML.
+    #[error("{} is not valid TOML", path.display())]
+    Toml { path: std::path::PathBuf, source: toml::de::Error },
+    /// The TOML does not have a manifest's shape.
+    #[error("{}: not a valid manifest", path.display())]
+    Shape { path: std::path::PathBuf, source: serde_json::Error },
+    /// The manifest breaks a rule (see [`Manifest::validate`]).
+    #[error("{}", path.display())]
+    Invalid { path: std::path::PathBuf, source: ManifestError },
+}
+
+/// A manifest written as TOML (`plugin.toml`), validated.
+pub fn from_toml(manifest_path: &std::path::Path) -> Result<Manifest, FromTomlError> {
+    let path = || manifest_path.to_path_buf();
+    let text = std::fs::read_to_string(manifest_path).map_err(|source| FromTomlError::Read { path: path(), source })?;
+    let mut table: toml::Table = toml::from_str(&text).map_err(|source| FromTomlError::Toml { path: path(), source })?;
+    table.entry("manifest_version").or_insert(toml::Value::Integer(MANIFEST_VERSION.into()));
+    let value = serde_json::to_value(&table).map_err(|source| FromTomlError::Shape { path: path(), source })?;
+    let manifest: Manifest = serde_json::from_value(value).map_err(|source| FromTomlError::Shape { path: path(), source })?;
+    manifest.validate().map_err(|source| FromTomlError::Invalid { path: path(), source })?;
+    Ok(manifest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
