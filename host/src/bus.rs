@@ -18,6 +18,9 @@ use crate::durable::{Accepted, Inbox, InboxRef};
 /// continuations, re-published leftovers keep their own channel).
 pub const SYSTEM_CHANNEL: &str = "system";
 
+/// The bus channel of the gateway's API requests (`gateway::api`).
+pub const API_CHANNEL: &str = "api";
+
 /// The key under which an inbound message's ephemeral history is stored
 /// (see [`InboundMessage::ephemeral_history`]); today's name, so inbox
 /// lines written before it was typed still load.

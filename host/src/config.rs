@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::plugins::{GrantConfig, Limits};
 
+pub use crate::env::expand_env;
+
 /// Why the configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -52,6 +54,12 @@ pub enum ConfigError {
     /// A provider's `base_url` is empty or not an http(s) URL.
     #[error("provider `{name}` has no usable endpoint: base_url = {base_url:?} (expected http://… or https://…; set [providers.{name}] base_url, or OPENAI_BASE_URL)")]
     NoEndpoint { name: String, base_url: String },
+}
+
+impl From<crate::env::MissingVariable> for ConfigError {
+    fn from(e: crate::env::MissingVariable) -> Self {
+        ConfigError::MissingVariable { field: e.field, variable: e.variable }
+    }
 }
 
 impl ConfigError {
@@ -300,7 +308,7 @@ impl GatewayConfig {
         if self.auth_token.is_empty() {
             return if self.listen.ip().is_loopback() { Ok(GatewayAuth::Disabled) } else { Err(ConfigError::GatewayOpen { listen: self.listen }) };
         }
-        match expand_env(&self.auth_token, "gateway.auth_token") {
+        match expand_env(&self.auth_token, "gateway.auth_token").map_err(ConfigError::from) {
             Ok(token) if !token.is_empty() => Ok(GatewayAuth::Token(token)),
             Ok(_) => Err(ConfigError::GatewayNoToken { variable: GATEWAY_TOKEN_VAR.into() }),
             Err(ConfigError::MissingVariable { variable, .. }) => Err(ConfigError::GatewayNoToken { variable }),
@@ -494,6 +502,9 @@ impl Default for SubagentConfig {
     }
 }
 
+/// `[agent] max_image_kb` when the config does not say.
+pub const DEFAULT_MAX_IMAGE_KB: usize = 5120;
+
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
@@ -505,7 +516,7 @@ impl Default for AgentConfig {
             max_tool_result_chars: 16_000,
             max_tool_args_kb: 1024,
             max_attachment_kb: 64,
-            max_image_kb: crate::agent::images::DEFAULT_MAX_IMAGE_KB,
+            max_image_kb: DEFAULT_MAX_IMAGE_KB,
             temperature: None,
             llm_timeout_secs: 300,
             max_concurrent_turns: 3,
@@ -652,25 +663,8 @@ impl ProviderConfig {
     /// The API key with `${VAR}` expanded; a missing variable is an error
     /// naming the key and the variable.
     pub fn resolved_api_key(&self, provider: &str) -> Result<Option<String>, ConfigError> {
-        self.api_key.as_deref().map(|raw| expand_env(raw, &format!("providers.{provider}.api_key"))).transpose()
+        self.api_key.as_deref().map(|raw| expand_env(raw, &format!("providers.{provider}.api_key"))).transpose().map_err(ConfigError::from)
     }
-}
-
-/// Expands `${VAR}` references; `field` names the config key in errors.
-pub fn expand_env(raw: &str, field: &str) -> Result<String, ConfigError> {
-    let mut out = String::with_capacity(raw.len());
-    let mut rest = raw;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| ConfigError::MissingVariable { field: field.to_string(), variable: after.to_string() })?;
-        let name = &after[..end];
-        let value = std::env::var(name).ok().filter(|v| !v.is_empty()).ok_or_else(|| ConfigError::MissingVariable { field: field.to_string(), variable: name.to_string() })?;
-        out.push_str(&value);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 impl Config {

@@ -56,6 +56,7 @@ pub mod compact;
 pub mod config;
 pub mod cron;
 pub mod durable;
+pub mod env;
 pub mod fsutil;
 pub mod gateway;
 pub mod market;
@@ -67,3 +68,7 @@ pub mod text;
 pub mod tokens;
 pub mod tools;
 pub mod workspace;
+
+/// The DAG rule over the modules above (a test).
+#[cfg(test)]
+mod module_graph;

@@ -67,6 +67,15 @@ use serde_json::Value;
 
 use crate::session::Message;
 
+/// Tokens kept free besides the completion: the provider's own framing.
+pub const BUDGET_SLACK: usize = 1024;
+
+/// The input budget of a model with `context_window` tokens answering with
+/// up to `max_tokens`.
+pub fn input_budget(context_window: usize, max_tokens: u32) -> usize {
+    context_window.saturating_sub(max_tokens as usize).saturating_sub(BUDGET_SLACK).max(1)
+}
+
 /// Framing tokens per message (role, separators), as chat APIs count them.
 pub const PER_MESSAGE_OVERHEAD: usize = 4;
 

@@ -43,8 +43,7 @@ pub const BOOTSTRAP_FILES: [&str; 3] = ["AGENTS.md", "SOUL.md", "USER.md"];
 /// Long-term memory, relative to the workspace.
 pub const MEMORY_FILE: &str = "memory/MEMORY.md";
 
-/// The archive of consolidated history, relative to the workspace.
-pub const HISTORY_FILE: &str = "memory/history.jsonl";
+pub use crate::compact::archive::HISTORY_FILE;
 
 /// Default cap on one inlined file (bootstrap file, memory, skill body).
 pub const DEFAULT_MAX_FILE_BYTES: usize = 64 * 1024;

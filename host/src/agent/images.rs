@@ -25,9 +25,6 @@ use serde_json::Value;
 
 use crate::session::{ImagePart, Message};
 
-/// `[agent] max_image_kb` when the config does not say.
-pub const DEFAULT_MAX_IMAGE_KB: usize = 5120;
-
 /// Why an image attachment is not shown.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ImageError {

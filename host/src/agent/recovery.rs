@@ -20,13 +20,9 @@ use serde_json::Value;
 use super::AgentLoop;
 use super::turn::commit::{delivery_ack, needs_delivery_mark};
 use super::turn::restore::pending_inbox;
-use crate::bus::OutboundMessage;
+use crate::bus::{API_CHANNEL, OutboundMessage};
 use crate::durable::{INBOX_ID, InboxRef};
 use crate::session::{ANSWERED_INBOX, Role, Session};
-
-/// The gateway API's channel (`gateway::api::API_CHANNEL`; named here so
-/// the agent does not depend on the gateway).
-const API_CHANNEL: &str = "api";
 
 /// What [`AgentLoop::recover`] did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -162,7 +162,7 @@ impl HostServices for AgentServices {
 
     fn add_job(&self, call: &CallContext, job: JobRequest) -> Result<JobView, String> {
         let cron = self.cron()?;
-        if call.channel == crate::gateway::api::API_CHANNEL || call.channel == SYSTEM_CHANNEL {
+        if call.channel == crate::bus::API_CHANNEL || call.channel == SYSTEM_CHANNEL {
             return Err(format!("a `{}` conversation has no chat to deliver a scheduled job's answer to", call.channel));
         }
         let schedule = match job.when {

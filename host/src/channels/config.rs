@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::ChannelSetupError;
-use crate::config::expand_env;
+use crate::env::expand_env;
 
 /// Who may talk to the channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,7 +230,7 @@ impl ChannelConfig {
         let http_url = |k: &str| -> Result<Option<String>, ChannelSetupError> {
             let Some(v) = t.get(k) else { return Ok(None) };
             let raw = v.as_str().ok_or_else(|| bad(k, "must be a URL".into()))?;
-            let text = expand_env(raw, &key(k)).map_err(ChannelSetupError::Env)?;
+            let text = expand_env(raw, &key(k)).map_err(|e| ChannelSetupError::Env(e.into()))?;
             let url = reqwest::Url::parse(&text).map_err(|e| bad(k, format!("`{text}` is not a URL: {e}")))?;
             if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
                 return Err(bad(k, format!("`{text}` must be an http or https URL")));
@@ -276,7 +276,7 @@ impl ChannelConfig {
             }
             if is_secret(k) {
                 let raw = v.as_str().ok_or_else(|| bad(k, "a secret must be a string, e.g. \"${TELEGRAM_BOT_TOKEN}\"".into()))?;
-                let value = expand_env(raw, &key(k)).map_err(ChannelSetupError::Env)?;
+                let value = expand_env(raw, &key(k)).map_err(|e| ChannelSetupError::Env(e.into()))?;
                 if value.is_empty() {
                     return Err(bad(k, "the secret is empty".into()));
                 }

@@ -75,7 +75,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bus::{InboundMessage, MessageBus, OutboundKind, OutboundMessage, Reply};
 use crate::config::ConfigError;
-use crate::gateway::{Channel, ChannelContext};
 use crate::plugins::channel::{Action, Callback, ChatStatus, Outgoing, Step};
 use crate::plugins::manifest::channel::PlatformLimits;
 use crate::plugins::ChannelFailure;
@@ -87,6 +86,28 @@ use crate::plugins::world::World;
 pub use config::{AllowFrom, ChannelConfig, GroupPolicy, Mode};
 use record::{ChannelLock, ChannelRecord};
 use transport::Transport;
+
+/// A chat channel the gateway runs next to the API; `gateway::channels`
+/// builds them from `[channels.<name>]` ([`ComponentChannel`]).
+pub trait Channel: Send + 'static {
+    /// The bus channel name (`telegram`).
+    fn name(&self) -> &str;
+    /// Starts the channel: it publishes inbound messages on `ctx.bus`,
+    /// answers from `ctx.outbound`, and returns when `ctx.shutdown` fires.
+    fn start(self: Box<Self>, ctx: ChannelContext) -> JoinHandle<()>;
+}
+
+/// What a started channel gets.
+pub struct ChannelContext {
+    /// Where it publishes what users say.
+    pub bus: Arc<MessageBus>,
+    /// The outbound events of its channel name (its route in the router).
+    pub outbound: tokio::sync::mpsc::UnboundedReceiver<OutboundMessage>,
+    /// Fires at shutdown, after intake stopped.
+    pub shutdown: CancellationToken,
+    /// Where a channel in webhook mode registers its route.
+    pub webhooks: Arc<webhook::Routes>,
+}
 
 /// Longest backoff after failed steps.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);

@@ -22,9 +22,11 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::CompactError;
-use crate::agent::context::HISTORY_FILE;
 use crate::tokens::estimate_text;
 use crate::workspace::Workspace;
+
+/// The archive of consolidated history, relative to the workspace.
+pub const HISTORY_FILE: &str = "memory/history.jsonl";
 
 /// [`HistoryArchive::entries`] reads at most this much of the file.
 pub const MAX_READ_BYTES: usize = 64 << 20;

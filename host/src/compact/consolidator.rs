@@ -29,7 +29,7 @@ use super::CompactError;
 use super::archive::HistoryArchive;
 use super::auto::{Clock, SystemClock};
 use super::summarise::{ChunkOutcome, Summariser, SummaryLimits};
-use crate::agent::runner::governance::input_budget;
+use crate::tokens::input_budget;
 use crate::config::AgentConfig;
 use crate::provider::Provider;
 use crate::session::{Message, Role, Session};

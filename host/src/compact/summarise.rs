@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use super::CompactError;
 use super::archive::{HistoryArchive, HistoryEntry};
-use crate::agent::runner::governance::input_budget;
+use crate::tokens::input_budget;
 use crate::config::AgentConfig;
 use crate::provider::{ChatRequest, Provider};
 use crate::session::{Message, Role};

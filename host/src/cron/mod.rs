@@ -30,7 +30,6 @@ use tokio_util::sync::CancellationToken;
 
 pub use schedule::{Schedule, ScheduleError};
 
-use crate::agent::active::ActiveTurns;
 use crate::bus::{InboundMessage, MessageBus};
 use crate::compact::Clock;
 
@@ -251,10 +250,13 @@ impl CronService {
         Ok(fired)
     }
 
-    /// Fires due jobs every `tick` until `shutdown`.
-    pub async fn run(self: Arc<Self>, bus: Arc<MessageBus>, active: Arc<ActiveTurns>, tick: Duration, shutdown: CancellationToken) {
+    /// Fires due jobs every `tick` until `shutdown`. `is_busy(session_key)`
+    /// says whether a turn of that session is running (the agent's active
+    /// turns): cron takes a question, not the agent, so it does not depend
+    /// on the agent.
+    pub async fn run(self: Arc<Self>, bus: Arc<MessageBus>, is_busy: impl Fn(&str) -> bool + Send + 'static, tick: Duration, shutdown: CancellationToken) {
         loop {
-            if let Err(e) = self.fire_due(&bus, |key| active.get(key).is_some()) {
+            if let Err(e) = self.fire_due(&bus, &is_busy) {
                 tracing::error!("cron: {e}");
             }
             tokio::select! {

@@ -44,8 +44,7 @@ use crate::agent::locks::{KeyGuard, LockSpace};
 use crate::bus::{InboundMessage, Origin, OutboundKind, OutboundMessage, SessionKey, TokenUsage};
 use crate::config::GatewayAuth;
 
-/// The bus channel of API requests.
-pub const API_CHANNEL: &str = "api";
+pub use crate::bus::API_CHANNEL;
 
 /// The header that names a session.
 pub const SESSION_HEADER: &str = "x-chitin-session";

@@ -49,15 +49,15 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::channels::{Channel, ChannelContext};
 pub use router::OutboundRouter;
 
 use crate::agent::AgentLoop;
 use crate::app::{App, AppError};
-use crate::bus::{MessageBus, OutboundMessage};
+use crate::bus::MessageBus;
 use crate::config::{ConfigError, GatewayAuth, ServerLimits};
 use crate::session::SessionError;
 
@@ -103,28 +103,6 @@ impl GatewayError {
             _ => false,
         }
     }
-}
-
-/// A chat channel the gateway runs next to the API; [`channels`] builds
-/// them from `[channels.<name>]` ([`crate::channels::ComponentChannel`]).
-pub trait Channel: Send + 'static {
-    /// The bus channel name (`telegram`).
-    fn name(&self) -> &str;
-    /// Starts the channel: it publishes inbound messages on `ctx.bus`,
-    /// answers from `ctx.outbound`, and returns when `ctx.shutdown` fires.
-    fn start(self: Box<Self>, ctx: ChannelContext) -> JoinHandle<()>;
-}
-
-/// What a started channel gets.
-pub struct ChannelContext {
-    /// Where it publishes what users say.
-    pub bus: Arc<MessageBus>,
-    /// The outbound events of its channel name (its route in the router).
-    pub outbound: mpsc::UnboundedReceiver<OutboundMessage>,
-    /// Fires at shutdown, after intake stopped.
-    pub shutdown: CancellationToken,
-    /// Where a channel in webhook mode registers its route.
-    pub webhooks: Arc<crate::channels::webhook::Routes>,
 }
 
 /// The channels `[channels]` enables, each over its loaded channel plugin.
@@ -241,7 +219,10 @@ impl Gateway {
             async move { agent.run(stop.cancelled_owned()).await }
         });
         // Cron stops with the channels: both are intake.
-        let cron_task = cron.map(|cron| tokio::spawn(cron.run(bus.clone(), agent.core().active.clone(), CRON_TICK, channel_stop.clone())));
+        let cron_task = cron.map(|cron| {
+            let active = agent.core().active.clone();
+            tokio::spawn(cron.run(bus.clone(), move |key: &str| active.get(key).is_some(), CRON_TICK, channel_stop.clone()))
+        });
         // Dream (memory consolidation) stops with the intake too.
         let dream_task = agent.core().settings.dream.enabled.then(|| tokio::spawn(crate::agent::dream::run_periodically(agent.clone(), channel_stop.clone())));
         let heartbeat_task = agent.core().settings.heartbeat.enabled.then(|| {

@@ -25,7 +25,7 @@ use super::grants::{GrantConfig, HostPattern};
 use super::http::Outbound;
 use super::manifest::Manifest;
 use super::secrets::Secrets;
-use crate::config::{ConfigError, expand_env};
+use crate::env::{MissingVariable, expand_env};
 
 /// The environment variable a component finds its settings in (JSON).
 pub const SETTINGS_VAR: &str = "CHITIN_PLUGIN_SETTINGS";
@@ -57,11 +57,10 @@ pub fn outbound(manifest: &Manifest, config: &GrantConfig) -> Result<Option<Outb
         match config.secrets.0.get(&spec.name).map(|raw| expand_env(raw, &key)) {
             Some(Ok(value)) if !value.is_empty() => values.push((spec.name.clone(), value)),
             Some(Ok(_)) => return Err(bad(format!("`{key}` is empty"))),
-            Some(Err(ConfigError::MissingVariable { variable, .. })) => missing.push((
+            Some(Err(MissingVariable { variable, .. })) => missing.push((
                 spec,
                 format!("secret `{}` is not available: config key `{key}` uses ${{{variable}}}, but the environment variable {variable} is not set", spec.name),
             )),
-            Some(Err(e)) => return Err(bad(e.to_string())),
             None => missing.push((
                 spec,
                 format!(

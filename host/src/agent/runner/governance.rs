@@ -24,14 +24,7 @@ pub const COMPACTABLE_CHARS: usize = 500;
 /// Compaction stops once the estimate is at most this share of the budget.
 pub const COMPACTION_TARGET: f64 = 0.85;
 
-/// Tokens kept free besides the completion: the provider's own framing.
-pub const BUDGET_SLACK: usize = 1024;
-
-/// The input budget of a model with `context_window` tokens answering with
-/// up to `max_tokens`.
-pub fn input_budget(context_window: usize, max_tokens: u32) -> usize {
-    context_window.saturating_sub(max_tokens as usize).saturating_sub(BUDGET_SLACK).max(1)
-}
+pub use crate::tokens::{BUDGET_SLACK, input_budget};
 
 /// Run-long governance state: results compacted once stay compacted, so the
 /// prompt does not flip between full and compacted forms.
