@@ -17,7 +17,7 @@ pub enum Command {
     Goal,
     /// Run Dream now (`agent::dream`).
     Dream,
-    /// List Dream's recorded edits (`agent::dream_history`).
+    /// List Dream's recorded edits (`agent::dream::history`).
     DreamLog,
     /// Put back the versions a Dream run replaced (`/dream-restore <n>`).
     DreamRestore,

@@ -18,7 +18,8 @@ pub mod archives;
 pub mod commands;
 pub mod context;
 pub mod dream;
-pub mod dream_history;
+/// Dream's recorded edits (now `dream::history`).
+pub use dream::history as dream_history;
 pub mod goals;
 pub mod heartbeat;
 pub mod images;

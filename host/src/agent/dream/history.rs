@@ -11,7 +11,7 @@
 //!
 //! A restore is itself recorded as a run (the versions it replaces), so a
 //! restore can be undone with another. Paths read back from a run are
-//! checked again ([`super::dream::allowed`]): a run directory is the host's,
+//! checked again ([`super::allowed`]): a run directory is the host's,
 //! but a restore must never write outside the memory files and `skills/`.
 
 use std::collections::HashMap;
@@ -203,7 +203,7 @@ impl DreamHistory {
         let files_dir = self.dir.join(number.to_string()).join("files");
         let mut out = Vec::new();
         for change in &record.files {
-            if !super::dream::allowed(&change.path) || change.path.split('/').any(|p| p.is_empty() || p == "." || p == "..") {
+            if !super::allowed(&change.path) || change.path.split('/').any(|p| p.is_empty() || p == "." || p == "..") {
                 return Err(HistoryError::Corrupt { number, reason: format!("it names a path Dream may not write: {}", crate::text::clip_for_terminal(&change.path, 120, "path")) });
             }
             let content = if change.existed {
