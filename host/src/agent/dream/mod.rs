@@ -15,7 +15,7 @@
 //!   memory files and `skills/`, copied in through [`Workspace`] without
 //!   following links), and a call guard refuses any write whose target is
 //!   not one of the allowed files. Only when the run *completed*
-//!   (`_stop_reason == completed`) are the changed allowed files written
+//!   (`StopReason::Completed`) are the changed allowed files written
 //!   back, each through [`Workspace::write_no_follow`] (so a link a plugin
 //!   planted at `skills/x.md` is refused, never written through); anything
 //!   else the run left in the staging copy is reported and dropped. A run
@@ -50,6 +50,7 @@ use serde_json::Value;
 use super::agent_loop::{AgentLoop, InternalRun};
 use super::context::{HISTORY_FILE, MEMORY_FILE};
 use super::turn::RunScope;
+use crate::bus::StopReason;
 use crate::config::DreamConfig;
 use crate::plugins::{PluginSource, WorkspaceAccess};
 use crate::tools::{CallGuard, ToolRegistry};
@@ -164,8 +165,8 @@ struct State {
 pub struct DreamReport {
     /// The answer to `/dream` (nanobot's texts).
     pub text: String,
-    /// The internal run's `_stop_reason`; `None` when no run happened.
-    pub stop_reason: Option<String>,
+    /// How the internal run ended; `None` when no run happened.
+    pub stop_reason: Option<StopReason>,
     /// The cursor moved.
     pub advanced: bool,
     /// Workspace files written.
@@ -357,15 +358,15 @@ impl Dream {
         let tools = dream_tools(&agent.core().tools)?;
         let staging = Staging::new(&self.workspace)?;
         let prompt = self.prompt(&batch, &staging);
-        let key = format!("dream:{}", Utc::now().format("%Y%m%d-%H%M%S"));
+        let stamp = Utc::now().format("%Y%m%d-%H%M%S").to_string();
+        let key = format!("dream:{stamp}");
         let guard: CallGuard = Arc::new(write_guard);
         let scope = RunScope { tools: Some(tools.confined(staging.dir.path().to_path_buf(), guard)), max_iterations: Some(self.settings.max_iterations.max(1)) };
-        let (channel, chat_id) = key.split_once(':').map(|(c, t)| (c.to_string(), t.to_string())).expect("the key has a colon");
-        let run = InternalRun { content: prompt, session_key: key.clone(), channel, chat_id, scope, sink: super::sink::silent() };
-        let reply = agent.run_internal(run).await;
-        let reason = reply.metadata.get(crate::bus::STOP_REASON).and_then(Value::as_str).unwrap_or("error").to_string();
+        // The run acts in a chat of its own: channel `dream`, chat the stamp.
+        let run = InternalRun { content: prompt, session_key: key.clone(), channel: "dream".into(), chat_id: stamp, scope, sink: super::sink::silent() };
+        let reason = agent.run_internal(run).await.stop;
         let secs = || started.elapsed().as_secs_f64();
-        if reason != "completed" {
+        if reason != StopReason::Completed {
             let text = format!("Dream did not complete after {:.1}s (stop_reason: {reason}); memory cursor was not advanced.", secs());
             return Ok(DreamReport { text, stop_reason: Some(reason), advanced: false, changed: Vec::new(), refused: Vec::new() });
         }
