@@ -4,15 +4,11 @@
 
 fn main() {
     let plugins = [("fs", "chitin-plugin-fs"), ("telegram", "chitin-plugin-telegram"), ("agent", "chitin-plugin-agent"), ("web", "chitin-plugin-web")];
-    // The SDK example, the hostile test guest and the echo channel are built
-    // alongside (one nested cargo run, in parallel): the CLI tests and the
-    // benchmarks call them. None is embedded.
-    let mut packages: Vec<&str> = plugins.iter().map(|(_, package)| *package).collect();
-    packages.extend(["hello-tool", "hostile-guest", "echo-channel"]);
+    // Only what the binary embeds: the test guests (the SDK example, the
+    // hostile guest, the echo channel) are built by chitin-testing's
+    // `build.rs`, for the tests and benchmarks alone.
+    let packages: Vec<&str> = plugins.iter().map(|(_, package)| *package).collect();
     let paths = chitin_xbuild::build_components(&packages);
-    println!("cargo:rustc-env=CHITIN_HELLO_WASM={}", paths[plugins.len()].display());
-    println!("cargo:rustc-env=CHITIN_HOSTILE_WASM={}", paths[plugins.len() + 1].display());
-    println!("cargo:rustc-env=CHITIN_ECHO_CHANNEL_WASM={}", paths[plugins.len() + 2].display());
     let entries: String = plugins
         .iter()
         .zip(&paths)

@@ -28,10 +28,10 @@ use chitin::bus::MessageBus;
 use chitin::config::DataDir;
 use chitin::provider::{OpenAiOptions, OpenAiProvider, RetryPolicy};
 use chitin::session::{JsonlStore, Message, SessionStore, ToolCall};
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use serde_json::json;
 
-const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
+const HELLO_WASM: &str = chitin_testing::HELLO_WASM;
 
 /// The parts, in the order they run.
 const PARTS: [&str; 6] = ["turn10", "turn1000", "turn10000", "sessions", "oneshot", "durable"];

@@ -19,7 +19,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use chitin::testing::{MockLlm, MockReply, MockTelegram, MockUpdate};
+use chitin_testing::{MockLlm, MockReply, MockTelegram, MockUpdate};
 
 const N: usize = 200;
 const WARMUP: usize = 10;

@@ -20,7 +20,7 @@ use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "bench-token";

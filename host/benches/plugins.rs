@@ -22,10 +22,10 @@ use chitin::plugins::manifest::{self, Manifest};
 use chitin::plugins::{CallContext, PluginRuntime, PluginSource, RuntimeConfig};
 use serde_json::json;
 
-const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
-const ECHO_CHANNEL_WASM: &str = env!("CHITIN_ECHO_CHANNEL_WASM");
+const HELLO_WASM: &str = chitin_testing::HELLO_WASM;
+const ECHO_CHANNEL_WASM: &str = chitin_testing::ECHO_CHANNEL_WASM;
 const CHITIN_BIN: &str = env!("CARGO_BIN_EXE_chitin");
-const HOSTILE_WASM: &str = env!("CHITIN_HOSTILE_WASM");
+const HOSTILE_WASM: &str = chitin_testing::HOSTILE_WASM;
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

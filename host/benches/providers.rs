@@ -22,7 +22,7 @@ use chitin::provider::openai::OpenAi;
 use chitin::provider::sse::SseParser;
 use chitin::provider::{Anthropic, AnthropicProvider, ChatRequest, OpenAiOptions, OpenAiProvider, Provider, RetryPolicy, StreamDecoder, Wire};
 use chitin::session::{Message, ToolCall};
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use serde_json::json;
 
 const ITERATIONS: u32 = 300;

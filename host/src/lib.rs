@@ -27,8 +27,10 @@
 //!   the bus, the OpenAI-compatible API, the outbound router every front end
 //!   reads its answers from, and the place the chat channels will start;
 //! - [`channels`]: the channel manager: poll loops of channel components,
-//!   committed state, dedup, allow-lists, the per-channel lock and delivery;
-//! - [`testing`]: a scripted OpenAI-compatible server for tests and benches.
+//!   committed state, dedup, allow-lists, the per-channel lock and delivery.
+//!
+//! Test support (mock servers, test guests, the binary driver) lives in the
+//! `chitin-testing` crate, a dev-dependency: none of it ships.
 //!
 //! Where this differs from `DESIGN.md`, and why:
 //! - Plugins are compiled lazily, on their first call, not at startup: startup
@@ -63,7 +65,6 @@ pub mod market;
 pub mod plugins;
 pub mod provider;
 pub mod session;
-pub mod testing;
 pub mod text;
 pub mod tokens;
 pub mod tools;

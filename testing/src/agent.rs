@@ -10,7 +10,7 @@ use chitin::bus::MessageBus;
 use chitin::config::DataDir;
 use chitin::provider::{Anthropic, AnthropicProvider, OpenAiOptions, OpenAiProvider, Provider, RetryPolicy};
 use chitin::session::{JsonlStore, Session, SessionStore, ToolCall};
-use chitin::testing::MockLlm;
+use crate::MockLlm;
 
 use crate::HOSTILE_WASM;
 

@@ -1,22 +1,17 @@
-//! What the binary's tests share: the `chitin` binary and guest paths, a
-//! command over a fresh data dir with no provider in the environment, and
-//! running it to completion (or failing the test if it hangs).
-
-#![allow(dead_code)] // each test file uses its own subset
+//! The driver of the `chitin` binary for its tests (`host/tests/e2e`): a
+//! command over a fresh data dir with no provider in the environment,
+//! running it to completion (or failing the test if it hangs), and a
+//! running gateway. The binary's path is the test crate's
+//! `CARGO_BIN_EXE_chitin`, which only that crate knows, so it is passed in.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
-pub const HELLO_WASM: &str = env!("CHITIN_HELLO_WASM");
-pub const HOSTILE_WASM: &str = env!("CHITIN_HOSTILE_WASM");
-pub const ECHO_CHANNEL_WASM: &str = env!("CHITIN_ECHO_CHANNEL_WASM");
-
-/// `chitin ARGS` with `CHITIN_HOME=home` and none of the provider variables
-/// of the environment the tests run in.
-pub fn chitin(home: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(CHITIN);
+/// `BIN ARGS` (`BIN` the `chitin` binary) with `CHITIN_HOME=home` and none
+/// of the provider variables of the environment the tests run in.
+pub fn command(bin: &str, home: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin);
     cmd.args(args).env("CHITIN_HOME", home).env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL").env_remove("CHITIN_MODEL");
     cmd
 }

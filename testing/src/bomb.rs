@@ -110,9 +110,9 @@ pub fn compile_bomb(locals: u32, depth: u32) -> Vec<u8> {
     instances.export_items(std::iter::empty::<(&str, ComponentExportKind, u32)>());
     component.section(&instances);
     let mut component_exports = ComponentExportSection::new();
-    component_exports.export(crate::plugins::world::TOOL_V0_1, ComponentExportKind::Instance, 0, None);
+    component_exports.export(chitin::plugins::world::TOOL_V0_1, ComponentExportKind::Instance, 0, None);
     component.section(&component_exports);
-    component.section(&CustomSection { name: crate::plugins::manifest::SECTION_NAME.into(), data: manifest.into() });
+    component.section(&CustomSection { name: chitin::plugins::manifest::SECTION_NAME.into(), data: manifest.into() });
     component.finish()
 }
 

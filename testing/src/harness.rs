@@ -1,9 +1,7 @@
-//! Shared harness for chitin's integration tests: guest component paths, a
-//! one-plugin host, a whole agent over a mock LLM ([`agent`]), a tiny
-//! HTTP server on 127.0.0.1, and attack material the Rust guest cannot
-//! express: a compile bomb ([`compile_bomb`]) and a FIFO ([`make_fifo`]).
-
-pub mod agent;
+//! The library tests' harness: guest component paths (declared here once,
+//! built by `build.rs`), a one-plugin host, a tiny HTTP server on
+//! 127.0.0.1, and attack material the Rust guest cannot express: a compile
+//! bomb ([`compile_bomb`]) and a FIFO ([`make_fifo`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -123,7 +121,7 @@ pub async fn serve_http(
     addr
 }
 
-pub use chitin::testing::bomb::{BOMB_HUGE, BOMB_SMALL, compile_bomb};
+pub use crate::bomb::{BOMB_HUGE, BOMB_SMALL, compile_bomb};
 
 /// Makes a FIFO (named pipe) at `path`: opening it for reading blocks until
 /// a writer comes, which never happens.

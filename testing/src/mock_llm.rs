@@ -26,7 +26,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
-use crate::provider::openai::wire::ServedRequest;
+use chitin::provider::openai::wire::ServedRequest;
 use futures::StreamExt as _;
 
 /// The reply used once the script is exhausted, unless another is set.
@@ -488,7 +488,7 @@ async fn reply_response(shared: &Shared, reply: MockReply, request: &RequestHead
             .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
             .collect();
     }
-    let body = crate::provider::openai::wire::completion(&id, CREATED, model, message, answer.finish, Some(usage));
+    let body = chitin::provider::openai::wire::completion(&id, CREATED, model, message, answer.finish, Some(usage));
     full(StatusCode::OK, "application/json", body.to_string())
 }
 
@@ -536,7 +536,7 @@ fn usage(request_len: usize, answer: &Answer) -> Value {
     let output = answer.content.as_deref().map_or(0, str::len)
         + answer.calls.iter().map(|(_, name, args)| name.len() + args.len()).sum::<usize>();
     let completion = (output / 4).max(1);
-    crate::provider::openai::wire::usage(prompt as u64, completion as u64)
+    chitin::provider::openai::wire::usage(prompt as u64, completion as u64)
 }
 
 fn sse_response(body: Body) -> Response<Body> {
@@ -552,7 +552,7 @@ fn event(value: &Value) -> Bytes {
 }
 
 fn chunk(id: &str, model: &str, delta: Value, finish: Option<&str>) -> Value {
-    crate::provider::openai::wire::chunk(id, CREATED, model, delta, finish)
+    chitin::provider::openai::wire::chunk(id, CREATED, model, delta, finish)
 }
 
 /// `text` in `parts` pieces of about equal length (on char boundaries).

@@ -1424,7 +1424,7 @@ mod tests {
         // A tiny receiver that answers 200 for the right secret, 401 otherwise.
         let seen = Arc::new(Mutex::new(Vec::<Value>::new()));
         let server_seen = seen.clone();
-        let receiver = crate::testing::server::MockServer::start("WebhookReceiver", move |request: Request<Incoming>| {
+        let receiver = crate::server::MockServer::start("WebhookReceiver", move |request: Request<Incoming>| {
             let seen = server_seen.clone();
             async move {
                 let secret = request.headers().get("x-telegram-bot-api-secret-token").cloned();

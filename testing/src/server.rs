@@ -39,7 +39,7 @@ where
 }
 
 /// A running mock server; stopped and joined when dropped.
-pub(crate) struct MockServer {
+pub struct MockServer {
     addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -48,7 +48,7 @@ pub(crate) struct MockServer {
 impl MockServer {
     /// Serves `respond` for every request; `name` names the thread and
     /// the panics.
-    pub(crate) fn start<R, F, B>(name: &str, respond: R) -> MockServer
+    pub fn start<R, F, B>(name: &str, respond: R) -> MockServer
     where
         R: Fn(Request<Incoming>) -> F + Clone + Send + 'static,
         F: Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
@@ -80,7 +80,7 @@ impl MockServer {
     }
 
     /// Where it listens.
-    pub(crate) fn addr(&self) -> SocketAddr {
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 }

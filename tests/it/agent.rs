@@ -8,8 +8,8 @@ use chitin::agent::runner::ERROR_PLACEHOLDER;
 use chitin::agent::TurnOutcome;
 use chitin::bus::InboundMessage;
 use chitin::session::Role;
-use chitin::testing::{MockLlm, MockReply};
-use chitin_tests::agent::{TestAgent, next_reply, request_messages, wait_until};
+use chitin_testing::{MockLlm, MockReply};
+use chitin_testing::agent::{TestAgent, next_reply, request_messages, wait_until};
 use serde_json::json;
 
 fn call(name: &str, args: serde_json::Value) -> MockReply {
@@ -367,7 +367,7 @@ async fn the_third_attempt_outside_the_workspace_is_refused_firmly() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_third_identical_fetch_is_refused() {
-    let server = chitin_tests::serve_http(|_| (200, vec![], "page".into())).await;
+    let server = chitin_testing::serve_http(|_| (200, vec![], "page".into())).await;
     let fetch = move || call("http_get", json!({"url": format!("http://{server}/")}));
     let mock = MockLlm::start(vec![fetch(), fetch(), fetch(), MockReply::text("ok")]);
     let t = TestAgent::with_plugin_grant(mock, "network = [\"127.0.0.1\"]");

@@ -13,7 +13,7 @@ use chitin::plugins::channel::{
 use chitin::plugins::manifest::{self, Manifest};
 use chitin::plugins::world::World;
 use chitin::plugins::{ChannelFailure, GrantConfig, Limits, PluginError, PluginSource, WorkspaceAccess};
-use chitin_tests::{ECHO_CHANNEL_WASM, ECHO_TOOL_V2_WASM, HELLO_WASM, HOSTILE_WASM, OnePlugin, guest_bytes};
+use chitin_testing::{ECHO_CHANNEL_WASM, ECHO_TOOL_V2_WASM, HELLO_WASM, HOSTILE_WASM, OnePlugin, guest_bytes};
 use serde_json::json;
 
 fn echo_channel() -> OnePlugin {

@@ -14,7 +14,7 @@ use chitin::compact::{
 };
 use chitin::provider::{OpenAiOptions, OpenAiProvider, Provider, RetryPolicy};
 use chitin::session::{Message, Role, Session, ToolCall};
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use chitin::tokens::estimate_message;
 use serde_json::Value;
 

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use chitin::bus::InboundMessage;
 use chitin::plugins::{CallContext, PluginCatalog, PluginError, PluginRuntime, RuntimeConfig, ToolFailure};
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use chitin::tools::{ToolError, ToolRegistry};
-use chitin_tests::agent::{TestAgent, request_messages};
-use chitin_tests::shared_cache_dir;
+use chitin_testing::agent::{TestAgent, request_messages};
+use chitin_testing::shared_cache_dir;
 use serde_json::json;
 
 fn fixture(name: &str) -> PathBuf {

@@ -11,8 +11,8 @@ use chitin::agent::{InternalRun, RunScope, sink};
 use chitin::bus::{InboundMessage, StopReason};
 use chitin::compact::{HistoryArchive, HistoryEntry};
 use chitin::session::{JsonlStore, SessionStore};
-use chitin::testing::{MockLlm, MockReply, Script};
-use chitin_tests::agent::{TestAgent, next_reply, request_messages, wait_until};
+use chitin_testing::{MockLlm, MockReply, Script};
+use chitin_testing::agent::{TestAgent, next_reply, request_messages, wait_until};
 use serde_json::json;
 
 fn write(path: &str, content: &str) -> MockReply {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use chitin::agent::goals::{GOAL_CONTINUATION, GOAL_STATE, Goal, goal_of};
 use chitin::plugins::GoalStatus;
 use chitin::session::{JsonlStore, Message, PENDING_USER_TURN, Role, SessionStore};
-use chitin::testing::{MockLlm, MockReply};
-use chitin_tests::agent::{TestAgent, next_reply, request_messages};
+use chitin_testing::{MockLlm, MockReply};
+use chitin_testing::agent::{TestAgent, next_reply, request_messages};
 use serde_json::json;
 
 fn call(name: &str, args: serde_json::Value) -> MockReply {

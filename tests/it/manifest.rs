@@ -3,7 +3,7 @@
 
 use chitin::plugins::manifest::{self, Manifest};
 use chitin::plugins::{GrantConfig, Limits};
-use chitin_tests::{HELLO_WASM, HOSTILE_WASM, OnePlugin, guest_bytes};
+use chitin_testing::{HELLO_WASM, HOSTILE_WASM, OnePlugin, guest_bytes};
 use serde_json::{Value, json};
 
 fn valid() -> Value {

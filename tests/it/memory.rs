@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use chitin::compact::{AutoCompact, HistoryArchive, ManualClock};
 use chitin::session::{JsonlStore, Message, SessionStore};
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use chitin::tokens::estimate_request;
-use chitin_tests::agent::{TestAgent, wait_until};
+use chitin_testing::agent::{TestAgent, wait_until};
 use serde_json::Value;
 
 /// Answers summary requests with notes, everything else with "ok".

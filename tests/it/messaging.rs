@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chitin::bus::{InboundMessage, OutboundKind, OutboundMessage};
-use chitin::testing::{MockLlm, MockReply};
-use chitin_tests::agent::{TestAgent, request_messages, wait_until};
+use chitin_testing::{MockLlm, MockReply};
+use chitin_testing::agent::{TestAgent, request_messages, wait_until};
 use serde_json::json;
 
 fn calls(list: &[(&str, serde_json::Value)]) -> MockReply {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use chitin::provider::{Anthropic, AnthropicProvider, ChatRequest, ChatResponse, FinishReason, OpenAiOptions, OpenAiProvider, Provider, RetryPolicy, StreamSink};
 use chitin::session::Message;
-use chitin::testing::{MockLlm, MockReply, Script};
+use chitin_testing::{MockLlm, MockReply, Script};
 use serde_json::json;
 
 fn provider(mock: &MockLlm) -> OpenAiProvider {

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use chitin::provider::{REASONING, THINKING_BLOCKS};
 use chitin::session::Role;
-use chitin::testing::{MockLlm, MockReply};
-use chitin_tests::agent::{TEST_ANTHROPIC_KEY, TestAgent, TestApi};
+use chitin_testing::{MockLlm, MockReply};
+use chitin_testing::agent::{TEST_ANTHROPIC_KEY, TestAgent, TestApi};
 use serde_json::{Value, json};
 
 /// Every (api, streaming) pair.
@@ -212,7 +212,7 @@ async fn anthropic_prompt_caching_reads_the_stable_prefix_on_the_next_turn() {
 async fn a_500_storm_falls_back_to_the_next_model_and_status_says_so() {
     use chitin::provider::{FallbackEntry, FallbackProvider, ModelHandle, OpenAiOptions, OpenAiProvider, RetryPolicy};
     use std::sync::Arc;
-    let storm = MockLlm::start(chitin::testing::Script::default().or_else(MockReply::api_error(500, "upstream down")));
+    let storm = MockLlm::start(chitin_testing::Script::default().or_else(MockReply::api_error(500, "upstream down")));
     let backup = MockLlm::start(vec![MockReply::text("From the backup.")]);
     let options = |url: String| OpenAiOptions { retry: RetryPolicy::fast(), stream: false, ..OpenAiOptions::new(url) };
     let primary = Arc::new(OpenAiProvider::new(options(storm.base_url())).unwrap());
@@ -253,7 +253,7 @@ async fn a_fallback_with_a_smaller_context_window_governs_the_rest_of_the_run() 
     let second_request = |context_window: usize| {
         let big = big.clone();
         async move {
-            let storm = MockLlm::start(chitin::testing::Script::default().or_else(MockReply::api_error(500, "upstream down")));
+            let storm = MockLlm::start(chitin_testing::Script::default().or_else(MockReply::api_error(500, "upstream down")));
             let backup = MockLlm::start(vec![MockReply::tool_call("read_file", "{\"path\": \"big.txt\"}"), MockReply::text("Read it.")]);
             let options = |url: String| OpenAiOptions { retry: RetryPolicy::fast(), stream: false, ..OpenAiOptions::new(url) };
             let handle = ModelHandle { provider: "backup".into(), model: "backup-model".into(), context_window, max_output_tokens: 1024 };

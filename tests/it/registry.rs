@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use chitin::plugins::{CallContext, PluginCatalog, PluginRuntime, RuntimeConfig};
 use chitin::tools::{ToolError, ToolRegistry};
-use chitin_tests::{HELLO_WASM, shared_cache_dir};
+use chitin_testing::{HELLO_WASM, shared_cache_dir};
 use serde_json::json;
 
 fn registry() -> (ToolRegistry, tempfile::TempDir) {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chitin::plugins::{GrantConfig, Limits, PluginError, WorkspaceAccess};
-use chitin_tests::{HOSTILE_WASM, OnePlugin, serve_http, workspace_grant};
+use chitin_testing::{HOSTILE_WASM, OnePlugin, serve_http, workspace_grant};
 use serde_json::json;
 
 fn hostile(grant: GrantConfig) -> OnePlugin {

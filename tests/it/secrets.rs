@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use chitin::plugins::grants::SecretValues;
 use chitin::plugins::{GrantConfig, Limits, PluginError};
-use chitin_tests::{HOSTILE_WASM, OnePlugin};
+use chitin_testing::{HOSTILE_WASM, OnePlugin};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

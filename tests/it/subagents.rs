@@ -15,8 +15,8 @@ use std::time::Duration;
 use chitin::agent::subagents::{Origin, TASK_ID, announcement};
 use chitin::bus::{InboundMessage, OutboundKind, OutboundMessage};
 use chitin::plugins::services::SubagentState;
-use chitin::testing::{MockLlm, MockReply};
-use chitin_tests::agent::{TestAgent, next_reply, wait_until};
+use chitin_testing::{MockLlm, MockReply};
+use chitin_testing::agent::{TestAgent, next_reply, wait_until};
 use serde_json::{Value, json};
 
 fn calls(list: &[(&str, Value)]) -> MockReply {

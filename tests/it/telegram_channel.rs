@@ -13,10 +13,10 @@ use std::time::Duration;
 use chitin::plugins::channel::{Action, Callback, HttpMethod, HttpRequest, HttpResponse, Inbound, Outgoing, Step, Trigger};
 use chitin::plugins::world::World;
 use chitin::plugins::{ChannelFailure, GrantConfig, Limits, LoadedPlugin, PluginError, PluginRuntime, RuntimeConfig};
-use chitin::testing::{CONFLICT_POLLER, MockTelegram, MockUpdate};
+use chitin_testing::{CONFLICT_POLLER, MockTelegram, MockUpdate};
 use chitin_plugin_telegram::update::Conversation;
 use chitin_plugin_telegram::{TOKEN_PLACEHOLDER, channel};
-use chitin_tests::shared_cache_dir;
+use chitin_testing::shared_cache_dir;
 use serde_json::json;
 
 struct Host {

@@ -8,7 +8,7 @@
 //! order, and 429 / 409 / 401 come back classified the way the host must
 //! act on them.
 
-use chitin::testing::{MockTelegram, MockUpdate};
+use chitin_testing::{MockTelegram, MockUpdate};
 use chitin_plugin_telegram::api::{self, ALLOWED_UPDATES, ChatAction};
 use chitin_plugin_telegram::error::{Action, ApiError, TelegramError, api_result};
 use chitin_plugin_telegram::render::{OutgoingText, ParseMode, render_preview, render_reply};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chitin::bus::{InboundMessage, OutboundKind, OutboundMessage, Reply, ToolProgress};
-use chitin::testing::{MockLlm, MockReply};
-use chitin_tests::agent::TestAgent;
+use chitin_testing::{MockLlm, MockReply};
+use chitin_testing::agent::TestAgent;
 use serde_json::json;
 
 /// Terminal controls a plugin might send: window title (OSC 0), clipboard

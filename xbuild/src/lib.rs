@@ -2,7 +2,8 @@
 //! build script.
 //!
 //! `host/build.rs` uses it for the first-party plugins (embedded in the
-//! binary) and `tests/build.rs` for the example and hostile test guests, so
+//! binary) and `testing/build.rs` (chitin-testing) for the example and hostile
+//! test guests, so
 //! `cargo run` and `cargo test` need no separate plugin build step.
 //!
 //! The nested `cargo build` uses its own target dir (`<target>/wasm`): the

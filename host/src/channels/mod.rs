@@ -112,11 +112,6 @@ pub struct ChannelContext {
 /// Longest backoff after failed steps.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
-/// The test-only crash point (see `host/tests/channels.rs`): with this
-/// variable set to `1`, the process kills itself with SIGKILL after a step
-/// with emits returned and before it is committed.
-pub const CRASH_BEFORE_COMMIT_VAR: &str = "CHITIN_TEST_CRASH_BEFORE_COMMIT";
-
 /// Why a channel could not be set up or had to stop.
 #[derive(Debug, thiserror::Error)]
 pub enum ChannelSetupError {
@@ -434,10 +429,11 @@ impl Poller {
                 other => tracing::warn!(channel = %self.name, "action not supported yet, ignored: {}", action_name(&other)),
             }
         }
-        if emitted && std::env::var(CRASH_BEFORE_COMMIT_VAR).is_ok_and(|v| v == "1") {
-            tracing::warn!(channel = %self.name, "{CRASH_BEFORE_COMMIT_VAR}=1: killing the process before the commit");
-            // SAFETY: kill(2) on our own pid; SIGKILL, as a crash would.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        if emitted {
+            // Test builds only (`test-support`, see `durable::crash`): a
+            // crash after a step with emits returned, before commit 1
+            // (`host/tests/e2e/channels.rs`).
+            crate::crash_point!("channel_commit", &self.name);
         }
         self.record.state = step.state;
         self.record.status = ChannelStatus::Running.to_string();

@@ -442,7 +442,7 @@ mod tests {
     async fn a_download_stops_at_the_cap_and_keeps_no_partial_file() {
         use http_body_util::StreamBody;
         use hyper::body::Frame;
-        let server = crate::testing::server::MockServer::start("Files", |request: hyper::Request<hyper::body::Incoming>| async move {
+        let server = chitin_testing::server::MockServer::start("Files", |request: hyper::Request<hyper::body::Incoming>| async move {
             let chunks = if request.uri().path() == "/big" { 40 } else { 2 };
             let frames = (0..chunks).map(|_| Ok::<_, std::convert::Infallible>(Frame::data(bytes::Bytes::from(vec![1u8; 64 * 1024]))));
             Ok::<_, std::convert::Infallible>(hyper::Response::new(StreamBody::new(futures::stream::iter(frames))))
@@ -496,7 +496,7 @@ mod tests {
         let (private, private_hits) = counting_listener("127.0.0.2").await;
         let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = served.clone();
-        let server = crate::testing::server::MockServer::start("Redirector", move |request: hyper::Request<hyper::body::Incoming>| {
+        let server = chitin_testing::server::MockServer::start("Redirector", move |request: hyper::Request<hyper::body::Incoming>| {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let to = if request.uri().path().ends_with("private") { private } else { ungranted };
             async move {

@@ -1,4 +1,5 @@
-//! Crash points for the crash-matrix tests (`host/tests/exactly_once.rs`).
+//! Crash points for the crash tests (`host/tests/e2e/exactly_once.rs`, and
+//! `channel_commit` for `host/tests/e2e/channels.rs`).
 //!
 //! Compiled only with the cargo feature `test-support` (the host's tests
 //! enable it through a self dev-dependency); without it

@@ -151,7 +151,7 @@ mod tests {
         });
         let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let seen = served.clone();
-        let server = crate::testing::server::MockServer::start("Redirector", move |_request: hyper::Request<hyper::body::Incoming>| {
+        let server = chitin_testing::server::MockServer::start("Redirector", move |_request: hyper::Request<hyper::body::Incoming>| {
             seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             async move {
                 let response = hyper::Response::builder()

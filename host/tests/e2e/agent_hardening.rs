@@ -10,10 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
 use chitin::session::{JsonlStore, Role, SessionStore as _};
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use serde_json::{Value, json};
-
-mod common;
+use crate::common;
 
 const MIB: usize = 1024 * 1024;
 

@@ -3,8 +3,7 @@
 //! 127.0.0.1 (`api_base`) that re-sends every update at or past the polled
 //! offset until a higher offset confirms it, as Telegram does.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -12,7 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 
 const TOKEN: &str = "tok987654ZZdistinctive";
 
@@ -135,7 +134,7 @@ impl Gateway {
         let mut cmd = chitin(home, &["gateway"]);
         cmd.env("OPENAI_BASE_URL", mock.base_url()).env("ECHO_TEST_TOKEN", TOKEN).env("RUST_LOG", "chitin=info");
         if crash {
-            cmd.env("CHITIN_TEST_CRASH_BEFORE_COMMIT", "1");
+            cmd.env("CHITIN_TEST_CRASH_AT", "channel_commit");
         }
         Gateway::spawn(cmd)
     }
@@ -268,8 +267,8 @@ fn hostile_steps_back_off_and_recover() {
 #[test]
 fn telegram_round_trip_through_the_agent_and_the_fs_tool() {
     let tg_token = "424242:SECRET-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
-    telegram.push(chitin::testing::MockUpdate::text(777, 555, "save a note saying hi"));
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin_testing::MockUpdate::text(777, 555, "save a note saying hi"));
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let mock = MockLlm::start(vec![
@@ -302,7 +301,7 @@ fn telegram_round_trip_through_the_agent_and_the_fs_tool() {
 
 /// `[channels.telegram]` against `telegram` (the built-in channel), the
 /// token from `TG_TEST_TOKEN`, sender 555 allowed.
-fn telegram_config(ws: &Path, telegram: &chitin::testing::MockTelegram) -> String {
+fn telegram_config(ws: &Path, telegram: &chitin_testing::MockTelegram) -> String {
     format!(
         "workspace = \"{ws}\"\n[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
          [channels.telegram]\nenabled = true\nallow_from = [\"555\"]\napi_base = \"{base}\"\nbot_token = \"${{TG_TEST_TOKEN}}\"\nbot_username = \"chitinbot\"\n",
@@ -353,7 +352,7 @@ fn holds_throughout(what: &str, cond: impl Fn() -> Result<(), String>) {
 #[test]
 fn telegram_409_stops_the_poller_with_a_clear_status() {
     let tg_token = "777001:CONFLICT-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let mock = MockLlm::start(vec![MockReply::text("unused")]);
@@ -404,7 +403,7 @@ fn telegram_409_stops_the_poller_with_a_clear_status() {
 #[test]
 fn a_second_gateway_on_the_same_channel_stops_with_already_running() {
     let tg_token = "777002:TWICE-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let mock = MockLlm::start(vec![MockReply::text("still the first")]);
@@ -435,7 +434,7 @@ fn a_second_gateway_on_the_same_channel_stops_with_already_running() {
     assert!(!first.stderr().contains("channel stopped"), "the first gateway's channel is untouched: {}", first.stderr());
 
     // The first still serves the chat.
-    telegram.push(chitin::testing::MockUpdate::text(778, 555, "are you there?"));
+    telegram.push(chitin_testing::MockUpdate::text(778, 555, "are you there?"));
     first.wait_for("the reply from the first gateway", || !telegram.sent_messages().is_empty());
     assert_eq!(telegram.sent_messages()[0].text, "still the first");
     first.terminate();
@@ -448,8 +447,8 @@ fn a_second_gateway_on_the_same_channel_stops_with_already_running() {
 #[test]
 fn the_message_tool_answers_a_telegram_chat_through_the_channel_queue() {
     let tg_token = "515151:SECRET-msg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
-    telegram.push(chitin::testing::MockUpdate::text(777, 555, "send me the status"));
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin_testing::MockUpdate::text(777, 555, "send me the status"));
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let mock = MockLlm::start(vec![
@@ -478,8 +477,8 @@ fn the_message_tool_answers_a_telegram_chat_through_the_channel_queue() {
 #[test]
 fn a_missed_cron_job_fires_once_after_a_restart_into_its_chat() {
     let tg_token = "616161:SECRET-cron-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
-    telegram.push(chitin::testing::MockUpdate::text(888, 555, "remind me to stretch in a few seconds"));
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin_testing::MockUpdate::text(888, 555, "remind me to stretch in a few seconds"));
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let at = (chrono::Utc::now() + chrono::Duration::seconds(4)).to_rfc3339();
@@ -526,7 +525,7 @@ const WEBHOOK_SECRET: &str = "whsec_Distinctive-42";
 const PUBLIC_URL: &str = "https://bot.example.test";
 
 /// `[channels.telegram]` in webhook mode behind [`PUBLIC_URL`].
-fn webhook_config(ws: &Path, telegram: &chitin::testing::MockTelegram) -> String {
+fn webhook_config(ws: &Path, telegram: &chitin_testing::MockTelegram) -> String {
     format!(
         "workspace = \"{ws}\"\n[agent]\nmodel = \"test-model\"\nstream = false\n[gateway]\nlisten = \"127.0.0.1:0\"\nauth_token = \"\"\n\
          [channels.telegram]\nenabled = true\nmode = \"webhook\"\npublic_url = \"{PUBLIC_URL}\"\nallow_from = [\"555\"]\napi_base = \"{base}\"\n\
@@ -544,7 +543,7 @@ fn webhook_config(ws: &Path, telegram: &chitin::testing::MockTelegram) -> String
 #[test]
 fn telegram_webhook_round_trip_refuses_bad_secrets_and_dedups() {
     let tg_token = "888001:HOOK-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let mock = MockLlm::start(vec![MockReply::text("hooked"), MockReply::text("twice?!")]);
@@ -563,7 +562,7 @@ fn telegram_webhook_round_trip_refuses_bad_secrets_and_dedups() {
     assert_eq!(set.len(), 1);
     assert_eq!(set[0].params["secret_token"], WEBHOOK_SECRET, "sent substituted; the component wrote the placeholder");
 
-    let mut update = telegram.update_json(&chitin::testing::MockUpdate::text(777, 555, "hello by webhook"));
+    let mut update = telegram.update_json(&chitin_testing::MockUpdate::text(777, 555, "hello by webhook"));
     // One id for every delivery below, as Telegram's redelivery keeps it.
     update["update_id"] = serde_json::json!(424_242);
     assert_eq!(block_on(telegram.deliver_webhook_with_secret(update.clone(), Some("wrong-secret"))).unwrap(), 401);
@@ -598,7 +597,7 @@ fn telegram_webhook_round_trip_refuses_bad_secrets_and_dedups() {
 /// the key, instead of accepting unverified requests.
 #[test]
 fn webhook_mode_needs_its_secret() {
-    let telegram = chitin::testing::MockTelegram::with_token("888002:x", "chitinbot");
+    let telegram = chitin_testing::MockTelegram::with_token("888002:x", "chitinbot");
     let home = tempfile::tempdir().unwrap();
     let config = webhook_config(&home.path().join("ws"), &telegram).replace("webhook_secret = \"${TG_TEST_WEBHOOK_SECRET}\"\n", "");
     std::fs::write(home.path().join("config.toml"), config).unwrap();
@@ -617,7 +616,7 @@ fn webhook_mode_needs_its_secret() {
 #[test]
 fn telegram_streamed_reply_edits_no_faster_than_the_interval() {
     let tg_token = "888003:STREAM-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let reply: String = (1..=48).map(|i| format!("word{i} ")).collect::<String>().trim_end().to_string();
@@ -625,7 +624,7 @@ fn telegram_streamed_reply_edits_no_faster_than_the_interval() {
     let config = telegram_config(&ws, &telegram).replace("stream = false", "stream = true");
     std::fs::write(home.path().join("config.toml"), config).unwrap();
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    telegram.push(chitin::testing::MockUpdate::text(777, 555, "stream to me"));
+    telegram.push(chitin_testing::MockUpdate::text(777, 555, "stream to me"));
     gw.wait_for("the streamed reply finished", || gw.stderr().contains("reply delivered (streamed)"));
     let err = gw.terminate();
     let sent = telegram.sent_messages();
@@ -651,7 +650,7 @@ fn telegram_streamed_reply_edits_no_faster_than_the_interval() {
 #[test]
 fn a_failed_stream_update_falls_back_to_a_plain_delivery() {
     let tg_token = "888004:FALLBACK-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let mock = MockLlm::start(vec![MockReply::text("all of it arrives")]).with_chunk_delay(Duration::from_millis(50));
@@ -659,7 +658,7 @@ fn a_failed_stream_update_falls_back_to_a_plain_delivery() {
     std::fs::write(home.path().join("config.toml"), config).unwrap();
     telegram.fail_next("sendMessage", 500, None);
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    telegram.push(chitin::testing::MockUpdate::text(777, 555, "stream to me"));
+    telegram.push(chitin_testing::MockUpdate::text(777, 555, "stream to me"));
     gw.wait_for("the reply delivered", || gw.stderr().contains("reply delivered"));
     let err = gw.terminate();
     assert!(err.contains("stream-update failed"), "{err}");
@@ -678,7 +677,7 @@ fn a_failed_stream_update_falls_back_to_a_plain_delivery() {
 #[test]
 fn telegram_media_is_downloaded_within_the_cap() {
     let tg_token = "888005:MEDIA-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
     let jpeg: Vec<u8> = [&[0xff, 0xd8, 0xff][..], &b"tiny-jpeg-body".repeat(64)].concat();
     let photo = telegram.add_file("photos/file_1.jpg", jpeg.clone());
     let huge = telegram.add_file("documents/file_2.bin", vec![7u8; 2 * 1024 * 1024 + 10]);
@@ -688,9 +687,9 @@ fn telegram_media_is_downloaded_within_the_cap() {
     let config = format!("{}max_media_mb = 1\n", telegram_config(&ws, &telegram));
     std::fs::write(home.path().join("config.toml"), config).unwrap();
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    telegram.push(chitin::testing::MockUpdate::photo(777, 555, photo).caption("look"));
+    telegram.push(chitin_testing::MockUpdate::photo(777, 555, photo).caption("look"));
     gw.wait_for("the first reply", || telegram.sent_messages().len() == 1);
-    telegram.push(chitin::testing::MockUpdate::document(777, 555, huge, "../../evil.sh").caption("and this"));
+    telegram.push(chitin_testing::MockUpdate::document(777, 555, huge, "../../evil.sh").caption("and this"));
     gw.wait_for("the second reply", || telegram.sent_messages().len() == 2);
     let err = gw.terminate();
 
@@ -721,7 +720,7 @@ fn telegram_media_is_downloaded_within_the_cap() {
 #[test]
 fn a_long_streamed_reply_in_a_topic_continues_in_a_new_message_there() {
     let tg_token = "888006:TOPIC-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let (a, b) = ("a".repeat(4000), "b".repeat(600));
@@ -730,7 +729,7 @@ fn a_long_streamed_reply_in_a_topic_continues_in_a_new_message_there() {
     let config = telegram_config(&ws, &telegram).replace("stream = false", "stream = true");
     std::fs::write(home.path().join("config.toml"), config).unwrap();
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-    telegram.push(chitin::testing::MockUpdate::text(-100_777, 555, "@chitinbot tell me a long story").topic(9));
+    telegram.push(chitin_testing::MockUpdate::text(-100_777, 555, "@chitinbot tell me a long story").topic(9));
     gw.wait_for("the streamed reply finished", || gw.stderr().contains("reply delivered (streamed)"));
     let err = gw.terminate();
     let sent = telegram.sent_messages();
@@ -748,13 +747,13 @@ fn a_long_streamed_reply_in_a_topic_continues_in_a_new_message_there() {
 #[test]
 fn a_poison_update_is_skipped_and_the_next_one_answered() {
     let tg_token = "888007:POISON-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let mock = MockLlm::start(vec![MockReply::text("still here")]);
     std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
     let poison = telegram.push_update(serde_json::json!({"message": {"message_id": "NaN", "chat": "not a chat"}}));
-    telegram.push(chitin::testing::MockUpdate::text(777, 555, "after the poison"));
+    telegram.push(chitin_testing::MockUpdate::text(777, 555, "after the poison"));
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
     gw.wait_for("the reply", || !telegram.sent_messages().is_empty());
     gw.wait_for("a poll past both", || {
@@ -774,7 +773,7 @@ fn a_poison_update_is_skipped_and_the_next_one_answered() {
 #[test]
 fn an_emit_flood_is_contained_and_the_other_channel_keeps_working() {
     let tg_token = "888008:FLOOD-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
     let home = tempfile::tempdir().unwrap();
     install(home.path());
     let ws = home.path().join("ws");
@@ -792,7 +791,7 @@ fn an_emit_flood_is_contained_and_the_other_channel_keeps_working() {
     cmd.env("ECHO_TEST_TOKEN", TOKEN);
     let gw = Gateway::spawn(cmd);
     gw.wait_for("the flood refused", || gw.stderr().contains("channel step failed (1 in a row)"));
-    telegram.push(chitin::testing::MockUpdate::text(777, 555, "are you alive?"));
+    telegram.push(chitin_testing::MockUpdate::text(777, 555, "are you alive?"));
     gw.wait_for("telegram's reply during the flood", || !telegram.sent_messages().is_empty());
     assert_eq!(telegram.sent_messages()[0].text, "telegram ok");
     assert!(!gw.stderr().contains("flood-"), "no flooded message got through: {}", gw.stderr());
@@ -919,7 +918,7 @@ fn a_webhook_body_trickled_slowly_is_cut_off_before_the_component() {
 
 /// The replies a chat got: sent messages other than the turn's progress
 /// message (its lines start with `↳` or `…`, see `channels::progress`).
-fn replies(telegram: &chitin::testing::MockTelegram) -> Vec<chitin::testing::SentMessage> {
+fn replies(telegram: &chitin_testing::MockTelegram) -> Vec<chitin_testing::SentMessage> {
     telegram.sent_messages().into_iter().filter(|m| !m.text.starts_with('↳') && !m.text.starts_with('…')).collect()
 }
 
@@ -932,8 +931,8 @@ fn replies(telegram: &chitin::testing::MockTelegram) -> Vec<chitin::testing::Sen
 #[test]
 fn the_message_tool_sends_workspace_files_to_a_telegram_chat() {
     let tg_token = "525252:SECRET-files-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
-    telegram.push(chitin::testing::MockUpdate::text(777, 555, "send me the report"));
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin_testing::MockUpdate::text(777, 555, "send me the report"));
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     std::fs::create_dir_all(ws.join("out")).unwrap();
@@ -980,8 +979,8 @@ fn the_message_tool_sends_workspace_files_to_a_telegram_chat() {
 #[test]
 fn a_fifo_or_a_link_out_is_never_sent_to_a_chat() {
     let tg_token = "535353:SECRET-refuse-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
-    telegram.push(chitin::testing::MockUpdate::text(777, 555, "send me the secret"));
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin_testing::MockUpdate::text(777, 555, "send me the secret"));
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -1020,8 +1019,8 @@ fn a_fifo_or_a_link_out_is_never_sent_to_a_chat() {
 fn tool_hints_are_one_progress_message_edited_no_faster_than_the_interval() {
     let tg_token = "545454:SECRET-hints-distinctive";
     let run = |hints_on: bool| {
-        let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
-        telegram.push(chitin::testing::MockUpdate::text(777, 555, "tidy up my notes"));
+        let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
+        telegram.push(chitin_testing::MockUpdate::text(777, 555, "tidy up my notes"));
         let home = tempfile::tempdir().unwrap();
         let ws = home.path().join("ws");
         std::fs::create_dir_all(&ws).unwrap();
@@ -1216,8 +1215,8 @@ fn hmac_and_ed25519_signed_webhooks_through_the_gateway() {
 #[test]
 fn a_file_swapped_for_a_link_after_the_check_is_not_sent() {
     let tg_token = "555555:SECRET-swap-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
-    telegram.push(chitin::testing::MockUpdate::text(777, 555, "send me the report"));
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin_testing::MockUpdate::text(777, 555, "send me the report"));
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -1278,7 +1277,7 @@ fn telegram_photos_reach_the_model_as_images_through_both_apis() {
     use base64::Engine as _;
     for api in ["openai", "anthropic"] {
         let tg_token = "888006:IMAGE-tg-distinctive";
-        let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+        let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
         let png: Vec<u8> = [&b"\x89PNG\r\n\x1a\n"[..], &b"small-png-body".repeat(20)].concat();
         let photo = telegram.add_file("photos/file_1.png", png.clone());
         let fake = telegram.add_file("photos/file_2.png", b"just some text, not an image".to_vec());
@@ -1290,11 +1289,11 @@ fn telegram_photos_reach_the_model_as_images_through_both_apis() {
             + &format!("[providers.p]\napi = \"{api}\"\nbase_url = \"{}\"\napi_key = \"test-key\"\n", mock.base_url());
         std::fs::write(home.path().join("config.toml"), config).unwrap();
         let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
-        telegram.push(chitin::testing::MockUpdate::photo(777, 555, photo).caption("what is this?"));
+        telegram.push(chitin_testing::MockUpdate::photo(777, 555, photo).caption("what is this?"));
         gw.wait_for("the first reply", || telegram.sent_messages().len() == 1);
-        telegram.push(chitin::testing::MockUpdate::photo(777, 555, fake).caption("and this?"));
+        telegram.push(chitin_testing::MockUpdate::photo(777, 555, fake).caption("and this?"));
         gw.wait_for("the second reply", || telegram.sent_messages().len() == 2);
-        telegram.push(chitin::testing::MockUpdate::photo(777, 555, big).caption("and this big one?"));
+        telegram.push(chitin_testing::MockUpdate::photo(777, 555, big).caption("and this big one?"));
         gw.wait_for("the third reply", || telegram.sent_messages().len() == 3);
         let err = gw.terminate();
 
@@ -1449,7 +1448,7 @@ fn a_channel_flood_under_a_low_descriptor_limit_never_costs_another_turn() {
 #[test]
 fn a_typing_indicator_that_never_answers_does_not_delay_the_reply() {
     let tg_token = "515151:HANG-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
     telegram.hang("sendChatAction");
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
@@ -1457,7 +1456,7 @@ fn a_typing_indicator_that_never_answers_does_not_delay_the_reply() {
     std::fs::write(home.path().join("config.toml"), telegram_config(&ws, &telegram)).unwrap();
     let gw = Gateway::spawn(telegram_gateway(home.path(), &mock, tg_token));
     gw.wait_for("polling", || telegram.is_polling());
-    telegram.push(chitin::testing::MockUpdate::text(777, 555, "are you there?"));
+    telegram.push(chitin_testing::MockUpdate::text(777, 555, "are you there?"));
     gw.wait_for("the reply", || !replies(&telegram).is_empty());
     let typing = telegram.requests_for("sendChatAction");
     let sent = telegram.requests_for("sendMessage");
@@ -1476,8 +1475,8 @@ fn a_typing_indicator_that_never_answers_does_not_delay_the_reply() {
 #[test]
 fn api_base_holds_with_a_plugins_table_and_a_missing_secret_stops_the_start() {
     let tg_token = "616161:TABLE-tg-distinctive";
-    let telegram = chitin::testing::MockTelegram::with_token(tg_token, "chitinbot");
-    telegram.push(chitin::testing::MockUpdate::text(777, 555, "hello through my own server"));
+    let telegram = chitin_testing::MockTelegram::with_token(tg_token, "chitinbot");
+    telegram.push(chitin_testing::MockUpdate::text(777, 555, "hello through my own server"));
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     let mock = MockLlm::start(vec![MockReply::text("answered locally")]);

@@ -2,14 +2,13 @@
 //! built-in `fs` plugin, the SDK example, a scripted mock LLM, and a
 //! `kill -9` in the middle of a turn.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use chitin::session::{JsonlStore, Role, SessionStore as _};
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use serde_json::{Value, json};
 
 

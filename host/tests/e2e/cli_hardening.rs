@@ -2,14 +2,13 @@
 //! text with terminal escapes, a closed stdout, files that are not plugins,
 //! plugins that collide with built-ins or each other, large arguments.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use serde_json::{Value, json};
 
 

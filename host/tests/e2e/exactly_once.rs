@@ -8,8 +8,7 @@
 //! The crash points are compiled only into test builds; `the_shipped_binary_has_no_crash_points`
 //! in this file checks the other side.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
@@ -18,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chitin::session::{JsonlStore, Message, Role, SessionStore as _};
-use chitin::testing::{MockLlm, MockReply, MockTelegram, MockUpdate};
+use chitin_testing::{MockLlm, MockReply, MockTelegram, MockUpdate};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "once-token";

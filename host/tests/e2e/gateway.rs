@@ -2,15 +2,14 @@
 //! (it prints the bound address), a scripted mock LLM, and reqwest as the
 //! OpenAI client.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chitin::session::{JsonlStore, Role, SessionStore as _};
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "gw-test-token";

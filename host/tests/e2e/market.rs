@@ -4,14 +4,13 @@
 //! with `chitin plugin sign` and `chitin plugin index add/yank/sign` — every
 //! scenario of MARKETPLACE.md's test list.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use chitin::testing::{Fault, MockIndex, MockLlm, MockReply};
+use chitin_testing::{Fault, MockIndex, MockLlm, MockReply};
 use serde_json::Value;
 
 /// A publisher (`acme`), an index operator, the index directory, its server

@@ -3,11 +3,10 @@
 //! endpoint. Each is one clear line on stderr and a failing exit status;
 //! nothing that is not set up sends a request.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use chitin::session::{JsonlStore, Role, SessionStore as _};
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 
 /// The lines of stderr that are not log lines.
 fn error_lines(out: &std::process::Output) -> Vec<String> {

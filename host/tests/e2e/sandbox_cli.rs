@@ -8,10 +8,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
-use common::*;
+use crate::common::*;
 
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use serde_json::json;
 
 
@@ -158,9 +157,9 @@ fn a_compile_bomb_is_stopped_in_the_compile_child_and_the_host_carries_on() {
     // about 2 s of CPU to compile; the bomb needs about two minutes.
     std::fs::write(home.join("config.toml"), "[limits]\ncompile_cpu_secs = 8\ntimeout_ms = 1000\n").unwrap();
     let ws_arg = ws.to_str().unwrap();
-    let (locals, depth) = chitin::testing::bomb::BOMB_HUGE;
+    let (locals, depth) = chitin_testing::bomb::BOMB_HUGE;
     let bomb = tmp.path().join("bomb.wasm");
-    std::fs::write(&bomb, chitin::testing::bomb::compile_bomb(locals, depth)).unwrap();
+    std::fs::write(&bomb, chitin_testing::bomb::compile_bomb(locals, depth)).unwrap();
 
     let started = Instant::now();
     let out = run_within(&mut chitin(&home, &["tool", "call", "boom", "--plugin", bomb.to_str().unwrap(), "--workspace", ws_arg]), Duration::from_secs(60));
@@ -174,7 +173,7 @@ fn a_compile_bomb_is_stopped_in_the_compile_child_and_the_host_carries_on() {
     assert_eq!(std::fs::read_dir(home.join("cache/components")).unwrap().count(), cached + 1, "only fs was cached");
 
     // Past the locals cap it is refused before any compiling.
-    std::fs::write(&bomb, chitin::testing::bomb::compile_bomb(chitin::plugins::compile::MAX_FUNCTION_LOCALS + 1, 2)).unwrap();
+    std::fs::write(&bomb, chitin_testing::bomb::compile_bomb(chitin::plugins::compile::MAX_FUNCTION_LOCALS + 1, 2)).unwrap();
     let out = run_within(&mut chitin(&home, &["tool", "call", "boom", "--plugin", bomb.to_str().unwrap(), "--workspace", ws_arg]), Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("plugin bomb is refused: function 1 declares 5001 locals (at most 5000)"), "{}", stderr(&out));

@@ -12,13 +12,12 @@
 //! The toolchains come from the registries (`scripts/test slow` installs them). A
 //! missing one fails the test, naming what to install; it never skips.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use serde_json::Value;
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");

@@ -5,14 +5,13 @@
 //! every response, ten messages over three chats are each answered exactly
 //! once within a few seconds.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use chitin::testing::{MockLlm, MockReply, MockTelegram, MockUpdate, SentMessage};
+use chitin_testing::{MockLlm, MockReply, MockTelegram, MockUpdate, SentMessage};
 
 /// The replies a chat got: sent messages other than the turn's progress
 /// message (its lines start with `↳` or `…`, see `channels::progress`).

@@ -8,10 +8,9 @@
 use std::path::Path;
 use std::process::Output;
 
-mod common;
-use common::*;
+use crate::common::*;
 
-use chitin::testing::{MockLlm, MockReply, MockWeb};
+use chitin_testing::{MockLlm, MockReply, MockWeb};
 use serde_json::{Value, json};
 
 const KEY: &str = "BSA-real-search-key-7f3a91";

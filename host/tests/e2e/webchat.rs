@@ -5,15 +5,14 @@
 //! `npm ci --prefix host/tests/webchat`; `scripts/test slow` installs all three, and
 //! the test fails, naming what is missing, rather than skip.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use chitin::session::{JsonlStore, Role, SessionStore as _};
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "webchat-test-token";

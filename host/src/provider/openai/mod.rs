@@ -373,7 +373,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_over_the_cap_is_a_clear_error_streamed_or_not() {
-        use crate::testing::{MockLlm, MockReply};
+        use chitin_testing::{MockLlm, MockReply};
         let big = format!("{{\"content\":\"{}\"}}", "x".repeat(200_000));
         for stream in [false, true] {
             let mock = MockLlm::start(vec![MockReply::tool_call("write_file", big.clone()), MockReply::tool_call("write_file", big.clone())]);
@@ -400,7 +400,7 @@ mod tests {
     #[tokio::test]
     async fn images_are_parts_with_vision_and_a_note_without() {
         use crate::session::ImagePart;
-        use crate::testing::{MockLlm, MockReply};
+        use chitin_testing::{MockLlm, MockReply};
         let mut user = Message::user("what is this?");
         user.images.push(ImagePart { media_type: "image/png", base64: Arc::from("iVBORw0KGgo=") });
         let request = ChatRequest { model: "m".into(), messages: vec![Message::system("s"), user], tools: Arc::from(Vec::new()), max_tokens: 10, temperature: None };

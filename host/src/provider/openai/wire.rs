@@ -3,7 +3,7 @@
 //! `chat.completion.chunk` it writes. One definition for the two servers
 //! chitin has, the gateway's
 //! OpenAI-compatible API (`gateway/wire.rs`) and the test mock
-//! (`testing/mock_llm.rs`); the client side reads them back in `answer.rs`.
+//! (chitin-testing's `mock_llm.rs`); the client side reads them back in `answer.rs`.
 
 use serde::Deserialize;
 use serde_json::{Value, json};

@@ -14,10 +14,10 @@ use std::time::Duration;
 use chitin::app::{App, AppOptions};
 use chitin::config::DataDir;
 use chitin::gateway::Gateway;
-use chitin::testing::{MockLlm, MockReply};
+use chitin_testing::{MockLlm, MockReply};
 use chitin::bus::{InboundMessage, OutboundKind};
 use chitin::session::{JsonlStore, SessionStore};
-use chitin_tests::agent::{TestAgent, wait_until};
+use chitin_testing::agent::{TestAgent, wait_until};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "lock-test-token";
