@@ -5,7 +5,7 @@
 //!
 //! Cargo builds the binary these tests run with the dev-dependencies'
 //! features, so it has the `test-support` crash points; the shipped binary
-//! (`cargo build --release`) does not, which `shipped` checks.
+//! (`cargo build --release`) does not, which `host/tests/shipped.rs` checks.
 
 mod common;
 
@@ -20,6 +20,5 @@ mod providers;
 mod sandbox_cli;
 mod sdk;
 mod secrets;
-mod shipped;
 mod web;
 mod webchat;
