@@ -128,7 +128,13 @@ fn config(port: u16, allow: &str) -> String {
     )
 }
 
-impl Gateway {
+/// This module's way to start a gateway (a trait: `Gateway` comes from
+/// chitin-testing and every module of the binary adds its own).
+trait Start {
+    fn start(home: &Path, mock: &MockLlm, config: &str, crash: bool) -> Gateway;
+}
+
+impl Start for Gateway {
     fn start(home: &Path, mock: &MockLlm, config: &str, crash: bool) -> Gateway {
         std::fs::write(home.join("config.toml"), config).unwrap();
         let mut cmd = chitin(home, &["gateway"]);

@@ -15,7 +15,13 @@ use serde_json::{Value, json};
 const TOKEN: &str = "gw-test-token";
 
 /// A running gateway; killed if the test ends without stopping it.
-impl Gateway {
+/// This module's way to start a gateway (a trait: `Gateway` comes from
+/// chitin-testing and every module of the binary adds its own).
+trait Start {
+    fn start(home: &Path, mock: &MockLlm, config: &str) -> Gateway;
+}
+
+impl Start for Gateway {
     /// Starts `chitin gateway` in `home` over `mock`, with `config` appended
     /// to a config that listens on port 0.
     fn start(home: &Path, mock: &MockLlm, config: &str) -> Gateway {

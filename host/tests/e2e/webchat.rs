@@ -23,7 +23,13 @@ const REPLY: &str = "Here is `let x = 1;` and **bold** text. <img src=x onerror=
 const SECOND: &str = "The second answer, finished while the page was away. SECOND-DONE";
 
 /// A running gateway; killed when dropped.
-impl Gateway {
+/// This module's way to start a gateway (a trait: `Gateway` comes from
+/// chitin-testing and every module of the binary adds its own).
+trait Start {
+    fn start(home: &Path, mock: &MockLlm) -> Gateway;
+}
+
+impl Start for Gateway {
     fn start(home: &Path, mock: &MockLlm) -> Gateway {
         std::fs::write(home.join("config.toml"), "[agent]\nmodel = \"test-model\"\n[gateway]\nlisten = \"127.0.0.1:0\"\n").unwrap();
         let mut cmd = chitin(home, &["gateway"]);

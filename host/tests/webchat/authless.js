@@ -1,5 +1,5 @@
 // The web chat of a gateway without a token (`auth_token = ""`), in
-// Debian's Chromium, for host/tests/webchat.rs:
+// Debian's Chromium, for host/tests/e2e/webchat.rs:
 //
 //   node authless.js <gateway base url> <foreign base url>
 //

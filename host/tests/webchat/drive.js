@@ -1,4 +1,4 @@
-// Drives the gateway's web chat in Debian's Chromium for host/tests/webchat.rs.
+// Drives the gateway's web chat in Debian's Chromium for host/tests/e2e/webchat.rs.
 //
 //   node drive.js <gateway base url> <token>
 //

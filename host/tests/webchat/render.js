@@ -1,5 +1,5 @@
 // The web chat's Markdown renderer under attack, in Debian's Chromium, for
-// host/tests/webchat.rs (`a_hostile_reply_renders_in_linear_time_…`).
+// host/tests/e2e/webchat.rs (`a_hostile_reply_renders_in_linear_time_…`).
 //
 //   node render.js <gateway base url> <token> <plan.json>
 //
