@@ -3,7 +3,7 @@
 //! 127.0.0.1 (`api_base`) that re-sends every update at or past the polled
 //! offset until a higher offset confirms it, as Telegram does.
 
-use crate::common::*;
+use crate::common::{self, *};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

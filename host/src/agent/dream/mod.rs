@@ -45,7 +45,6 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::agent_loop::{AgentLoop, InternalRun};
 use super::context::{HISTORY_FILE, MEMORY_FILE};
