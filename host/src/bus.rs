@@ -468,19 +468,6 @@ impl StopReason {
     }
 }
 
-impl From<crate::agent::runner::StopReason> for StopReason {
-    fn from(reason: crate::agent::runner::StopReason) -> Self {
-        use crate::agent::runner::StopReason as Run;
-        match reason {
-            Run::Completed => StopReason::Completed,
-            Run::MaxIterations => StopReason::MaxIterations,
-            Run::Error => StopReason::Error,
-            Run::ToolError => StopReason::ToolError,
-            Run::EmptyFinalResponse => StopReason::EmptyFinalResponse,
-        }
-    }
-}
-
 impl std::fmt::Display for StopReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

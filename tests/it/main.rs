@@ -16,6 +16,7 @@ mod memory;
 mod messaging;
 mod provider;
 mod providers;
+mod recovery;
 mod registry;
 mod sandbox;
 mod secrets;

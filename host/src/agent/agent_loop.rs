@@ -89,13 +89,17 @@ pub struct AgentLoop {
     /// Set by [`AgentLoop::stop_for_shutdown`]: a turn cancelled now is
     /// handed over to the next start, not answered.
     shutting_down: Arc<AtomicBool>,
+    /// Set by the first [`AgentLoop::recover`]: what a dead process left
+    /// is finished once per process, before any intake starts (a second
+    /// pass would take this process's own open rows for a dead one's).
+    pub(super) recovered: Arc<AtomicBool>,
 }
 
 impl AgentLoop {
     /// A loop over `core`.
     pub fn new(core: Arc<AgentCore>) -> Self {
         let limit = core.settings.max_concurrent_turns;
-        AgentLoop { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), core, shutting_down: Default::default() }
+        AgentLoop { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), core, shutting_down: Default::default(), recovered: Default::default() }
     }
 
     /// The chat a person last wrote to this loop from, as (channel, chat id).
@@ -134,7 +138,8 @@ impl AgentLoop {
     }
 
     /// Consumes the bus until `shutdown` resolves (or the bus closes), then
-    /// waits for the running turns to finish.
+    /// waits for the running turns to finish. It recovers first, unless the
+    /// owner did so before starting its intake (the gateway does).
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         let mut tasks = JoinSet::new();
         self.recover();

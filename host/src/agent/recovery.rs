@@ -71,9 +71,17 @@ impl AgentLoop {
     /// Finishes what a dead process left (see the module docs). Called by
     /// [`AgentLoop::run`] before it takes messages, and by the interactive
     /// `chitin agent`; a bus without an inbox has nothing to recover.
+    ///
+    /// Only the first call in a process does anything: it must run before
+    /// any intake (a channel, the HTTP server) accepts a message, or it
+    /// would take a row this process just accepted for a dead one's (an API
+    /// row closed unanswered, a channel's message run twice).
     pub fn recover(&self) -> Recovery {
-        let core = self.core();
         let mut report = Recovery::default();
+        if self.recovered.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return report;
+        }
+        let core = self.core();
         let Some(inbox) = core.bus.inbox().cloned() else { return report };
         for (id, reply) in inbox.undelivered() {
             resend(&core.bus, &inbox, id, reply, true);

@@ -204,15 +204,16 @@ impl Gateway {
         let router_task = tokio::spawn(state.router.clone().run(bus.clone()));
         let web_task = tokio::spawn(state.web.clone().run(state.router.route_channel(webchat::WEB_CHANNEL)));
         let channel_stop = CancellationToken::new();
+        let outbounds: Vec<_> = channels.iter().map(|channel| state.router.route_channel(channel.name())).collect();
+        // After the channels' routes exist (it re-sends the replies a crash
+        // left undelivered) and before any intake starts (a message
+        // accepted now is not a dead process's): `AgentLoop::recover`.
+        agent.recover();
         let channel_tasks: Vec<JoinHandle<()>> = channels
             .into_iter()
-            .map(|channel| {
-                let outbound = state.router.route_channel(channel.name());
-                channel.start(ChannelContext { bus: bus.clone(), outbound, shutdown: channel_stop.clone(), webhooks: state.webhooks.clone() })
-            })
+            .zip(outbounds)
+            .map(|(channel, outbound)| channel.start(ChannelContext { bus: bus.clone(), outbound, shutdown: channel_stop.clone(), webhooks: state.webhooks.clone() }))
             .collect();
-        // After the channels' routes exist: the loop's first act re-sends
-        // the replies a crash left undelivered (`AgentLoop::recover`).
         let loop_stop = CancellationToken::new();
         let loop_task = tokio::spawn({
             let (agent, stop) = (agent.clone(), loop_stop.clone());

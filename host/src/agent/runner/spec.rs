@@ -84,21 +84,11 @@ pub trait GoalDriver: Send + Sync {
     fn at_limit(&self, max_iterations: usize) -> Option<String>;
 }
 
-/// Why a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// The model answered.
-    Completed,
-    /// `max_iterations` was reached.
-    MaxIterations,
-    /// The provider failed.
-    Error,
-    /// A tool failed in a way that ended the run.
-    ToolError,
-    /// The model gave no answer even after the recovery requests.
-    EmptyFinalResponse,
-}
+/// Why a run ended: the bus's [`crate::bus::StopReason`], so a reply
+/// carries the runner's reason as it is (a run itself ends only as
+/// `Completed`, `MaxIterations`, `Error`, `ToolError` or
+/// `EmptyFinalResponse`; the turn adds `Stopped` and `Command`).
+pub use crate::bus::StopReason;
 
 /// One tool call as it happened.
 #[derive(Debug, Clone, PartialEq)]
