@@ -12,6 +12,9 @@ use crate::provider::{ModelHandle, Usage};
 use crate::session::{Message, ToolCall};
 use crate::tools::ToolRegistry;
 
+/// Declared in [`crate::agent::hooks`]; named here too, where the runner takes them.
+pub use crate::agent::hooks::{GoalDriver, GoalStep, InjectionSource};
+
 /// Everything one run needs. The runner knows no channel and no session
 /// store: persistence happens through the checkpoint callback, output
 /// through the sink.
@@ -60,30 +63,6 @@ pub struct AgentRunSpec {
     pub goal: Option<Arc<dyn GoalDriver>>,
 }
 
-/// What the runner does after an answer without tool calls, while a goal
-/// may be active (spec §5: `goal_active_predicate` /
-/// `goal_continue_message`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GoalStep {
-    /// No active goal: the answer is final.
-    Finish,
-    /// The goal is still active: the answer is an interim one; this user
-    /// message is appended and the run goes on.
-    Continue(String),
-    /// The goal is active but its budget ran out: the answer is final, with
-    /// this note appended.
-    Stop(String),
-}
-
-/// Decides whether a run continues for its session's goal.
-pub trait GoalDriver: Send + Sync {
-    /// Called after each answer without tool calls.
-    fn after_answer(&self) -> GoalStep;
-    /// `max_iterations` ran out: a note for the reply when a goal was still
-    /// active (the driver stops it).
-    fn at_limit(&self, max_iterations: usize) -> Option<String>;
-}
-
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -98,6 +77,21 @@ pub enum StopReason {
     ToolError,
     /// The model gave no answer even after the recovery requests.
     EmptyFinalResponse,
+}
+
+/// How a run ended, as the bus tells a front end (declared here, not in
+/// `bus`: the engine builds on the bus, not the other way round).
+impl From<StopReason> for crate::bus::StopReason {
+    fn from(reason: StopReason) -> Self {
+        use crate::bus::StopReason as Bus;
+        match reason {
+            StopReason::Completed => Bus::Completed,
+            StopReason::MaxIterations => Bus::MaxIterations,
+            StopReason::Error => Bus::Error,
+            StopReason::ToolError => Bus::ToolError,
+            StopReason::EmptyFinalResponse => Bus::EmptyFinalResponse,
+        }
+    }
 }
 
 /// One tool call as it happened.
@@ -182,17 +176,4 @@ pub enum CheckpointPhase {
     ToolsCompleted,
     /// The final answer is in.
     FinalResponse,
-}
-
-/// Supplies messages that arrived mid-run.
-pub trait InjectionSource: Send + Sync {
-    /// Takes up to `max` waiting messages.
-    fn drain(&self, max: usize) -> Vec<Message>;
-
-    /// Called when the run would end: waits (bounded) while more messages
-    /// are expected (subagents of the session still run); true when some
-    /// arrived, so the run goes on with them.
-    fn wait_for_more(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
-        Box::pin(async { false })
-    }
 }
