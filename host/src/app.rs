@@ -7,7 +7,14 @@ use std::sync::Arc;
 
 use crate::agent::AgentCore;
 use crate::agent::context::ContextBuilder;
+use crate::agent::commands::CommandRegistry;
+use crate::agent::hooks::CommandHandler;
 use crate::agent::runner::AgentRunner;
+use crate::features::dream::Dream;
+use crate::features::dream::commands::handlers as dream_commands;
+use crate::features::goals::GoalCommand;
+use crate::features::services::AgentServices;
+use crate::features::subagents::SubagentManager;
 use crate::bus::MessageBus;
 use crate::compact::{AutoCompact, ConsolidationSettings, Consolidator, HistoryArchive, SummaryLimits, SystemClock};
 use crate::config::{Config, ConfigError, DataDir, ProviderApi};
@@ -72,6 +79,20 @@ pub struct App {
     pub catalog: PluginCatalog,
     /// All their tools.
     pub tools: ToolRegistry,
+}
+
+/// An agent as [`App::agent`] wires it: the engine's core, and the
+/// features a host still drives itself (the gateway sets the reachable
+/// channels and cron on the services and runs Dream periodically).
+pub struct WiredAgent {
+    /// The engine's shared services, the features plugged in.
+    pub core: AgentCore,
+    /// The privileged plugin interfaces.
+    pub services: Arc<AgentServices>,
+    /// The subagents (also the core's `subagents`).
+    pub subagents: Arc<SubagentManager>,
+    /// Memory consolidation (also behind the core's `/dream*` commands).
+    pub dream: Arc<Dream>,
 }
 
 impl AppError {
@@ -163,9 +184,18 @@ impl App {
         })
     }
 
-    /// The agent's shared services over `provider`. What a turn shows while
-    /// it runs goes to the sink its caller passes (`AgentLoop::process`).
+    /// The agent's shared services over `provider`, its features wired in
+    /// ([`App::agent`] without the handles to them).
     pub fn agent_core(&self, provider: Arc<dyn Provider>, bus: Arc<MessageBus>) -> AgentCore {
+        self.agent(provider, bus).core
+    }
+
+    /// The agent over `provider`: the engine's shared services with the
+    /// features wired in (the plugin services, subagents, `/goal` and
+    /// Dream's commands), and the handles to the features a host drives
+    /// itself. What a turn shows while it runs goes to the sink its caller
+    /// passes (`AgentLoop::process`).
+    pub fn agent(&self, provider: Arc<dyn Provider>, bus: Arc<MessageBus>) -> WiredAgent {
         let agent = &self.config.agent;
         let archive = HistoryArchive::new(&self.workspace);
         let consolidator = Consolidator::new(provider.clone(), agent.model.clone(), archive.clone(), ConsolidationSettings::from_config(agent));
@@ -175,17 +205,22 @@ impl App {
         // The privileged interfaces (the `message` tool, ...) act on this
         // agent: its bus and its running turns.
         let active = Arc::new(crate::agent::active::ActiveTurns::default());
-        let services = Arc::new(crate::agent::services::AgentServices::new(bus.clone(), active.clone(), self.workspace.clone()));
+        let services = Arc::new(AgentServices::new(bus.clone(), active.clone(), self.workspace.clone()));
         self.runtime.set_services(services.clone());
         let runner = AgentRunner::new(provider);
         // One tracker owns what turns leave running: subagents,
         // consolidation, `/new` archives (closed and awaited by the loop).
         let tasks = tokio_util::task::TaskTracker::new();
-        services.set_subagents(Arc::new(
-            crate::agent::subagents::SubagentManager::new(agent.clone(), runner.clone(), &self.tools, self.workspace.clone(), bus.clone(), active.clone())
-                .with_tasks(tasks.clone()),
-        ));
-        AgentCore {
+        let subagents = Arc::new(SubagentManager::new(agent.clone(), runner.clone(), &self.tools, self.workspace.clone(), bus.clone(), active.clone()).with_tasks(tasks.clone()));
+        services.set_subagents(subagents.clone());
+        let dream = Arc::new(Dream::new(agent.dream.clone(), self.workspace.clone(), self.data.root()));
+        // The features' commands, in `/help` order.
+        let mut commands = CommandRegistry::default();
+        let handlers: Vec<Arc<dyn CommandHandler>> = std::iter::once(Arc::new(GoalCommand) as Arc<dyn CommandHandler>).chain(dream_commands(&dream)).collect();
+        for handler in handlers {
+            commands.register(handler).expect("the features' command names are distinct");
+        }
+        let core = AgentCore {
             consolidator,
             auto_compact,
             settings: self.config.agent.clone(),
@@ -197,14 +232,15 @@ impl App {
             bus,
             started_at: std::time::Instant::now(),
             active,
-            services,
-            dream: Arc::new(crate::agent::dream::Dream::new(agent.dream.clone(), self.workspace.clone(), self.data.root())),
+            subagents: Some(subagents.clone() as Arc<dyn crate::agent::hooks::Subagents>),
+            commands,
             media_root: self.data.root().join("media"),
-            last_chat: Arc::new(crate::agent::heartbeat::LastChat::open(self.data.root())),
+            last_chat: Arc::new(crate::agent::last_chat::LastChat::open(self.data.root())),
             locks: crate::agent::locks::KeyedLocks::new(),
             tasks,
             archiving: Default::default(),
-        }
+        };
+        WiredAgent { core, services, subagents, dream }
     }
 
     /// The bus of a long-lived host: durable, over `<data>/inbox` (see

@@ -39,6 +39,14 @@ pub const SUBAGENT_RESULT: &str = "subagent_result";
 /// See [`INJECTED_EVENT`].
 pub const TASK_ID: &str = "subagent_task_id";
 
+/// The subagent task id of a `system` announcement, if it is one.
+pub fn subagent_task_id(message: &InboundMessage) -> Option<&str> {
+    match &message.origin {
+        Origin::Subagent { task_id, .. } if message.channel == SYSTEM_CHANNEL => Some(task_id),
+        _ => None,
+    }
+}
+
 /// Inbound metadata keys the host alone sets: typed fields in memory, these
 /// keys only in files. Any of them arriving in a message's metadata from
 /// elsewhere is dropped when the message is read.
@@ -947,10 +955,10 @@ mod tests {
         std::fs::write(&path, file.join("\n") + "\n").unwrap();
         let session = crate::session::SessionStore::load(&store, "telegram:42").unwrap();
         assert_eq!(session.messages.len(), 4, "{:?}", session.messages);
-        assert!(crate::agent::subagents::already_delivered(&session, "ab12cd34"), "the task id mark is read back");
+        assert!(crate::session::holds_subagent_result(&session, "ab12cd34"), "the task id mark is read back");
         assert_eq!(session.messages[0].meta.get(crate::durable::INBOX_ID), Some(&Value::from(1)));
         assert_eq!(session.messages[1].meta.get(crate::session::CHANNEL_DELIVERY), Some(&Value::Bool(true)));
-        assert_eq!(session.messages[2].meta.get(crate::agent::goals::GOAL_CONTINUATION), Some(&Value::Bool(true)));
+        assert_eq!(session.messages[2].meta.get(crate::agent::goal::GOAL_CONTINUATION), Some(&Value::Bool(true)));
         assert_eq!(session.messages[3].meta.get("media"), Some(&serde_json::json!(["/w/a.png"])));
     }
 

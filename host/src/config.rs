@@ -415,7 +415,7 @@ pub struct AgentConfig {
 }
 
 /// `[agent.dream]`: Dream turns new `memory/history.jsonl` entries into
-/// edits of the memory files (`agent::dream`).
+/// edits of the memory files (`features::dream`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DreamConfig {
@@ -437,7 +437,7 @@ impl Default for DreamConfig {
 
 /// `[agent.heartbeat]`: every `interval_secs` the gateway reads
 /// `HEARTBEAT.md`; when it lists tasks, an internal turn does them and its
-/// answer goes to `chat` (`agent::heartbeat`).
+/// answer goes to `chat` (`features::heartbeat`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HeartbeatConfig {

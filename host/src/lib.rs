@@ -9,8 +9,12 @@
 //! - [`config`] and [`app`]: the data dir, `config.toml`, and assembling a
 //!   host (runtime, plugins, registry, agent core) from them;
 //! - [`bus`]: `InboundMessage`/`OutboundMessage` and the `MessageBus`;
-//! - [`agent`]: `AgentLoop` (dispatch, locks, pending injection), the turn
-//!   state machine, prompt assembly, and the `AgentRunner` ReAct loop;
+//! - [`agent`]: the engine: `AgentLoop` (dispatch, locks, pending
+//!   injection), the turn state machine, prompt assembly, the `AgentRunner`
+//!   ReAct loop, and the traits features implement (`agent::hooks`);
+//! - [`features`]: what the engine runs but does not know: goals' `/goal`,
+//!   subagents, the plugin services, the heartbeat, cron and Dream; they
+//!   import the engine, never the other way round;
 //! - [`provider`]: LLM providers (OpenAI-compatible chat completions);
 //! - [`tools`]: `ToolRegistry`, which repairs and validates arguments;
 //! - [`plugins`]: the wasmtime runtime, manifest, grants and sandbox (the
@@ -56,9 +60,9 @@ pub mod bus;
 pub mod channels;
 pub mod compact;
 pub mod config;
-pub mod cron;
 pub mod durable;
 pub mod env;
+pub mod features;
 pub mod fsutil;
 pub mod gateway;
 pub mod market;

@@ -199,6 +199,21 @@ fn the_top_level_modules_form_no_cycle() {
     }
 }
 
+/// The engine and its features are one-way: `features` builds on `agent`,
+/// and `agent` names no feature (the engine declares a trait in
+/// `agent::hooks`; a feature implements it). The cycle check alone would
+/// let `agent -> features` in as long as `features` stopped importing
+/// `agent`; this says which way the edge goes.
+#[test]
+fn the_engine_does_not_import_its_features() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = graph(&src);
+    assert!(graph.get("features").is_some_and(|m| m.contains_key("agent")), "features build on the engine: {:?}", graph.get("features"));
+    if let Some(files) = graph.get("agent").and_then(|m| m.get("features")) {
+        panic!("the engine (agent) imports crate::features in {files:?}: declare a trait in agent/hooks.rs and let the feature implement it");
+    }
+}
+
 #[test]
 fn the_check_finds_a_cycle_and_reads_super_and_groups() {
     let dir = tempfile::tempdir().unwrap();

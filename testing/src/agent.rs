@@ -88,6 +88,10 @@ pub struct TestAgent {
     pub recorder: Arc<Recorder>,
     /// The assembled host.
     pub app: App,
+    /// The plugin services the agent was wired with.
+    pub services: Arc<chitin::features::services::AgentServices>,
+    /// Its Dream (behind `/dream*`).
+    pub dream: Arc<chitin::features::dream::Dream>,
     /// Owns the data dir.
     pub home: tempfile::TempDir,
 }
@@ -163,9 +167,10 @@ impl TestAgent {
         let bus = Arc::new(MessageBus::new());
         let recorder = Arc::new(Recorder::default());
         recorder.streaming.store(stream, std::sync::atomic::Ordering::Relaxed);
-        let mut core = app.agent_core(provider, bus.clone());
+        let wired = app.agent(provider, bus.clone());
+        let mut core = wired.core;
         customize(&mut core);
-        TestAgent { mock, agent: AgentLoop::new(Arc::new(core)), bus, recorder, app, home }
+        TestAgent { mock, agent: AgentLoop::new(Arc::new(core)), bus, recorder, app, services: wired.services, dream: wired.dream, home }
     }
 
     /// Sends `text` to session `cli:test` and returns the reply text.

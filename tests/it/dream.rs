@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use chitin::agent::dream::{self, NO_HISTORY};
+use chitin::features::dream::{self, NO_HISTORY};
 use chitin::agent::{InternalRun, RunScope, sink};
 use chitin::bus::{InboundMessage, StopReason};
 use chitin::compact::{HistoryArchive, HistoryEntry};
@@ -105,7 +105,7 @@ async fn dream_edits_memory_and_advances_its_cursor_only_on_completion() {
     // The cursor moved to the end of the archive; nothing was stored as a
     // session (the /dream command neither).
     assert_eq!(t.app.workspace.root(), t.workspace());
-    let dream = t.agent.core().dream.clone();
+    let dream = t.dream.clone();
     assert_eq!(dream.cursor().offset, history_len(&t));
     assert!(stored_keys(&t).iter().all(|k| !k.starts_with("dream")), "{:?}", stored_keys(&t));
     assert!(dream.state_file().starts_with(t.app.data.root()), "the cursor lives in the data dir");
@@ -127,7 +127,7 @@ async fn a_failed_or_limited_dream_leaves_the_cursor_and_the_files() {
     let reply = t.ask("/dream").await;
     assert!(reply.contains("did not complete") && reply.contains("stop_reason: error") && reply.contains("not advanced"), "{reply}");
     assert_eq!(read(&t, "memory/MEMORY.md"), "- kept\n");
-    let dream = t.agent.core().dream.clone();
+    let dream = t.dream.clone();
     assert_eq!(dream.cursor().offset, 0);
     assert!(dream.status_line().contains("did not complete"), "{}", dream.status_line());
 
@@ -139,7 +139,7 @@ async fn a_failed_or_limited_dream_leaves_the_cursor_and_the_files() {
     assert!(reply.contains("stop_reason: max_iterations"), "{reply}");
     assert_eq!(t.mock.request_count(), 4, "3 with tools, then the summary request");
     assert!(!t.workspace().join("USER.md").exists(), "written only in the staging copy");
-    assert_eq!(t.agent.core().dream.cursor().offset, 0);
+    assert_eq!(t.dream.cursor().offset, 0);
     assert!(stored_keys(&t).iter().all(|k| !k.starts_with("dream")));
 }
 
@@ -174,7 +174,7 @@ async fn dream_writes_outside_the_memory_files_are_refused() {
     assert!(!ws.parent().unwrap().join("outside.txt").exists());
     assert!(std::fs::symlink_metadata(ws.join("skills/link.md")).unwrap().file_type().is_symlink(), "the link is left alone");
     assert!(read(&t, "skills/tea/SKILL.md").contains("Steep 3 minutes"));
-    assert_eq!(t.agent.core().dream.cursor().offset, history_len(&t), "completed: the cursor moved");
+    assert_eq!(t.dream.cursor().offset, history_len(&t), "completed: the cursor moved");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,11 +193,11 @@ async fn dream_answers_in_the_gateway_and_runs_periodically() {
 
     // Periodically: only when the archive grew.
     let stop = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(dream::run_periodically(t.agent.clone(), stop.clone()));
+    let task = tokio::spawn(dream::run_periodically(t.agent.clone(), t.dream.clone(), stop.clone()));
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(t.mock.request_count(), 2, "nothing new: no run");
     archive(&t, &["Ana moved to Lisbon."]);
-    let dream = t.agent.core().dream.clone();
+    let dream = t.dream.clone();
     let end = history_len(&t);
     wait_until(|| dream.cursor().offset == end).await;
     assert_eq!(t.mock.request_count(), 3);
@@ -212,7 +212,7 @@ async fn dream_answers_in_the_gateway_and_runs_periodically() {
 /// the chat that last wrote, and no delivery for `HEARTBEAT_OK`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_heartbeat_runs_heartbeat_md_tasks_and_answers_in_the_last_chat() {
-    use chitin::agent::heartbeat::{self, HEARTBEAT_TEMPLATE};
+    use chitin::features::heartbeat::{self, HEARTBEAT_TEMPLATE};
     use chitin::compact::{Clock, ManualClock};
     let quiet = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mock = MockLlm::with_handler({
@@ -278,7 +278,7 @@ async fn the_heartbeat_runs_heartbeat_md_tasks_and_answers_in_the_last_chat() {
     assert_eq!((deliveries[0].role, deliveries[0].text()), (chitin::session::Role::Assistant, "Reminder: water the plants today."));
     // A restarted gateway (a fresh record over the same data dir) still
     // knows the chat.
-    let reopened = chitin::agent::heartbeat::LastChat::open(t.app.data.root());
+    let reopened = chitin::features::heartbeat::LastChat::open(t.app.data.root());
     assert_eq!(reopened.get(), Some(("telegram".to_string(), "42".to_string())));
 }
 
@@ -364,5 +364,5 @@ async fn dream_log_lists_runs_and_dream_restore_puts_back_the_previous_versions(
         assert_eq!(read(&t, "AGENTS.md"), "agents");
     }
     // History lives in the data dir, bounded (unit-tested), never in the workspace.
-    assert!(t.agent.core().dream.history().dir().starts_with(t.app.data.root()));
+    assert!(t.dream.history().dir().starts_with(t.app.data.root()));
 }

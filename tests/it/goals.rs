@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use chitin::agent::goals::{GOAL_CONTINUATION, GOAL_STATE, Goal, goal_of};
+use chitin::features::goals::{GOAL_CONTINUATION, GOAL_STATE, Goal, goal_of};
 use chitin::plugins::GoalStatus;
 use chitin::session::{JsonlStore, Message, PENDING_USER_TURN, Role, SessionStore};
 use chitin_testing::{MockLlm, MockReply};
@@ -162,7 +162,7 @@ async fn goal_and_status_commands_show_the_goal() {
     assert!(shown.starts_with("Goal (blocked): deploy the site\nRecap: need the API key\nSet "), "{shown}");
     let status = t.ask("/status").await;
     assert!(status.contains("Model: mock-model") && status.contains("Goal (blocked): deploy the site"), "{status}");
-    assert!(chitin::agent::commands::help_text().contains("/goal"));
+    assert!(t.agent.core().commands.help_text().contains("/goal"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -194,12 +194,12 @@ async fn an_interrupted_goal_resumes_when_the_loop_starts() {
     session.push(Message::user("/goal sort the photos"));
     session.push(Message::assistant("Sorted half."));
     session.push(Message::user("[Goal continuation] …").with_meta(GOAL_CONTINUATION, true));
-    chitin::agent::goals::set_goal(&mut session, Some(&Goal::new("sort the photos".into(), None)));
+    chitin::features::goals::set_goal(&mut session, Some(&Goal::new("sort the photos".into(), None)));
     session.set_meta(PENDING_USER_TURN, Some(json!(true)));
     store.save(&mut session).unwrap();
     // And a session whose goal finished normally is left alone.
     let mut quiet = store.load("chat:6").unwrap();
-    chitin::agent::goals::set_goal(&mut quiet, Some(&Goal::new("other".into(), None)));
+    chitin::features::goals::set_goal(&mut quiet, Some(&Goal::new("other".into(), None)));
     store.save(&mut quiet).unwrap();
 
     let running = t.start_loop();

@@ -136,13 +136,13 @@ async fn attachments_outside_the_workspace_are_refused() {
 mod cron {
     use super::*;
     use chitin::compact::ManualClock;
-    use chitin::cron::CronService;
+    use chitin::features::cron::CronService;
 
     /// `t`'s agent with a cron service on a manual clock, as the gateway has.
     fn with_cron(t: &TestAgent) -> (Arc<ManualClock>, Arc<CronService>) {
         let clock = Arc::new(ManualClock::new("2026-05-04T08:00:00Z".parse().unwrap()));
         let cron = Arc::new(CronService::open(CronService::jobs_file(t.home.path()), clock.clone()).unwrap());
-        t.agent.core().services.set_cron(cron.clone());
+        t.services.set_cron(cron.clone());
         (clock, cron)
     }
 
@@ -201,8 +201,8 @@ mod cron {
         ]);
         let t = Arc::new(TestAgent::new(mock));
         let (clock, cron) = with_cron(&t);
-        let origin = chitin::cron::Origin { session_key: "chat:9".into(), channel: "chat".into(), chat_id: "9".into() };
-        let spec = chitin::cron::JobSpec { name: "r".into(), message: "ping".into(), schedule: chitin::cron::Schedule::every(60).unwrap() };
+        let origin = chitin::features::cron::Origin { session_key: "chat:9".into(), channel: "chat".into(), chat_id: "9".into() };
+        let spec = chitin::features::cron::JobSpec { name: "r".into(), message: "ping".into(), schedule: chitin::features::cron::Schedule::every(60).unwrap() };
         cron.add(spec, &origin).unwrap();
         clock.advance(Duration::from_secs(61));
         let running = t.start_loop();

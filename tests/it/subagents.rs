@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use chitin::agent::subagents::{Origin, TASK_ID, announcement};
+use chitin::features::subagents::{Origin, TASK_ID, announcement};
 use chitin::bus::{InboundMessage, OutboundKind, OutboundMessage};
 use chitin::plugins::services::SubagentState;
 use chitin_testing::{MockLlm, MockReply};
@@ -105,7 +105,7 @@ async fn a_result_is_injected_into_the_running_turn_which_waits_for_it() {
     // Stored once, with its task id; nothing left running.
     let stored = announcements(&t, "chat:1");
     assert_eq!(stored.len(), 1, "{stored:?}");
-    assert!(!t.agent.core().services.subagents().unwrap().has_running("chat:1"));
+    assert!(!t.services.subagents().unwrap().has_running("chat:1"));
     running.stop().await;
 }
 
@@ -235,7 +235,7 @@ async fn status_lists_and_stop_cancels_a_running_subagent() {
     let running = t.start_loop();
     t.bus.publish_inbound(InboundMessage::new("chat", "u1", "1", "start it"));
     assert_eq!(next_reply(&t).await, "Started.");
-    let manager = t.agent.core().services.subagents().unwrap().clone();
+    let manager = t.services.subagents().unwrap().clone();
     wait_until(|| t.mock.requests().iter().any(is_subagent)).await;
     assert!(manager.has_running("chat:1"));
 
@@ -306,5 +306,5 @@ async fn the_config_sets_a_subagents_tools_and_whether_it_may_spawn() {
     assert_eq!(tools, ["read_file"]);
     let refused = last_tool_result(&sub[1]);
     assert!(refused.contains("unknown tool `spawn`"), "not in its registry: {refused}");
-    assert!(t.agent.core().services.subagents().unwrap().tools().spec("spawn").is_none());
+    assert!(t.services.subagents().unwrap().tools().spec("spawn").is_none());
 }

@@ -18,8 +18,8 @@ pub struct ActiveTurn {
     pub cancel: CancellationToken,
     /// When the turn started.
     pub started: Instant,
-    /// The session's sustained goal while the turn runs (`agent::goals`).
-    pub goal: Arc<super::goals::GoalSlot>,
+    /// The session's sustained goal while the turn runs (`agent::goal`).
+    pub goal: Arc<super::goal::GoalSlot>,
     /// How many messages had been injected when a plugin last sent to this
     /// turn's own chat (`messaging`), plus one; 0 = no such send.
     sent_at: AtomicUsize,

@@ -161,7 +161,7 @@ impl AgentLoop {
         // turns finished (above), (3) subagents cancelled (a result nobody
         // would receive is not worth waiting for), (4) background work the
         // turns left (consolidation, `/new` archives) finished, (5) flush.
-        if let Some(manager) = self.core.services.subagents() {
+        if let Some(manager) = &self.core.subagents {
             let n = manager.cancel_all();
             if n > 0 {
                 tracing::info!(count = n, "shutdown: subagents cancelled");
@@ -184,7 +184,7 @@ impl AgentLoop {
     /// turn recovers the interrupted one (RESTORE) and continues the goal.
     pub fn resume_goals(&self) -> usize {
         let mut archives = Vec::new();
-        let mut found = super::goals::interrupted_goals_and(self.core.sessions.as_ref(), |session| {
+        let mut found = super::goal::interrupted_goals_and(self.core.sessions.as_ref(), |session| {
             if session.metadata.contains_key(crate::session::PENDING_ARCHIVES) {
                 archives.push(session.key.clone());
             }
@@ -203,7 +203,7 @@ impl AgentLoop {
         }
         for (key, goal) in &found {
             let chat = SessionKey::new(key.as_str()).chat_hint();
-            let mut message = InboundMessage::from_origin(chat.channel, chat.chat_id, Origin::GoalResume, super::goals::resume_message(goal));
+            let mut message = InboundMessage::from_origin(chat.channel, chat.chat_id, Origin::GoalResume, super::goal::resume_message(goal));
             message.session_key_override = Some(key.clone());
             tracing::info!(session = %key, "resuming an interrupted goal");
             self.core.bus.publish_inbound(message);
@@ -294,12 +294,12 @@ impl AgentLoop {
         if let Some(active) = self.core.active.get(&key) {
             // Other commands are answered inline: they must not be injected
             // into the running turn as if the user had said them to the model.
-            let inline = match commands::parse(&message.content) {
+            let inline = match self.core.commands.parse(&message.content) {
                 _ if system => None,
                 Parsed::NotACommand => None,
                 Parsed::Unknown { name, suggestion } => Some(commands::unknown_text(&name, suggestion)),
-                Parsed::Known(Command::Help) => Some(commands::help_text()),
-                Parsed::Known(_) => Some(BUSY_TEXT.to_string()),
+                Parsed::Known(Command::Help) => Some(self.core.commands.help_text()),
+                Parsed::Known(_) | Parsed::Registered(_) => Some(BUSY_TEXT.to_string()),
             };
             if let Some(text) = inline {
                 self.answer_inline(&message, OutboundMessage::reply(&message.channel, &message.chat_id, text));
@@ -390,7 +390,7 @@ impl AgentLoop {
 
     /// [`AgentLoop::stop`]: whether a turn ran, and how many subagents.
     pub fn stop_counted(&self, key: &str) -> (bool, usize) {
-        let subagents = self.core.services.subagents().map(|m| m.cancel_session(key)).unwrap_or(0);
+        let subagents = self.core.subagents.as_ref().map(|m| m.cancel_session(key)).unwrap_or(0);
         match self.core.active.get(key) {
             Some(turn) => {
                 turn.cancel.cancel();
@@ -483,15 +483,7 @@ impl AgentLoop {
     /// `Error`, `Stopped`, …), also when the turn was stopped or failed. Its
     /// tools and iteration limit are `run.scope`'s. The reply is returned,
     /// not published: the caller decides where it goes.
-    ///
-    /// Boxed, as a `Send` future: `/dream` runs Dream from inside
-    /// `process`, and Dream runs this, so the future types would otherwise
-    /// contain themselves.
-    pub fn run_internal(&self, run: InternalRun) -> std::pin::Pin<Box<dyn Future<Output = InternalReply> + Send + '_>> {
-        Box::pin(self.run_internal_inner(run))
-    }
-
-    async fn run_internal_inner(&self, run: InternalRun) -> InternalReply {
+    pub async fn run_internal(&self, run: InternalRun) -> InternalReply {
         let mut message = InboundMessage::from_origin(&run.channel, &run.chat_id, Origin::Internal, run.content);
         message.session_key_override = Some(run.session_key);
         match self.process_scoped(message, run.sink, Some(run.scope)).await {
@@ -537,7 +529,7 @@ impl AgentLoop {
         }
         let mut pending = PendingQueue::new(self.core.settings.pending_queue_size.max(1));
         let keep_alive = std::time::Duration::from_secs(self.core.settings.subagents.keep_alive_secs);
-        if let Some(manager) = self.core.services.subagents().filter(|_| !keep_alive.is_zero()) {
+        if let Some(manager) = self.core.subagents.as_ref().filter(|_| !keep_alive.is_zero()) {
             // While subagents of this session run, the turn waits for their
             // results instead of ending (each would start a turn of its own).
             let (manager, session) = (manager.clone(), key.clone());
@@ -600,20 +592,23 @@ impl AgentLoop {
             self.core.bus.publish_inbound(leftover);
         }
         match outcome {
-            TurnOutcome::Done(ctx) if ctx.follow_up == Some(FollowUp::Archive) => {
-                super::archives::spawn(&self.core, &key);
-                TurnOutcome::Done(ctx)
-            }
-            TurnOutcome::Done(mut ctx) if ctx.follow_up == Some(FollowUp::Dream) => {
-                // A run takes a while: the chat hears at once that it started.
-                ctx.sink.notice(super::dream::DREAMING);
-                let report = self.core.dream.run(self, super::dream::Trigger::Manual).await;
-                let (channel, chat_id) = ctx.inbound.reply_route();
-                let mut reply = OutboundMessage::reply(channel, chat_id, report.text);
-                reply.kind = OutboundKind::Message(Reply { stop: Some(report.stop_reason.unwrap_or(StopReason::Command)), ..Reply::default() });
-                ctx.outbound = Some(reply);
-                TurnOutcome::Done(ctx)
-            }
+            TurnOutcome::Done(mut ctx) => match ctx.follow_up.take() {
+                Some(FollowUp::Archive) => {
+                    super::archives::spawn(&self.core, &key);
+                    TurnOutcome::Done(ctx)
+                }
+                Some(FollowUp::Command(work)) => {
+                    // A registered command's work (`/dream`): its answer is
+                    // this turn's reply.
+                    let answer = work(self.clone(), ctx.sink.clone()).await;
+                    let (channel, chat_id) = ctx.inbound.reply_route();
+                    let mut reply = OutboundMessage::reply(channel, chat_id, answer.text);
+                    reply.kind = OutboundKind::Message(Reply { stop: Some(answer.stop), ..Reply::default() });
+                    ctx.outbound = Some(reply);
+                    TurnOutcome::Done(ctx)
+                }
+                None => TurnOutcome::Done(ctx),
+            },
             other => other,
         }
     }

@@ -36,20 +36,21 @@ pub struct AgentCore {
     pub started_at: Instant,
     /// Turns running now, by session.
     pub active: Arc<ActiveTurns>,
-    /// Serves the privileged plugin interfaces (the `message` tool).
-    pub services: Arc<super::services::AgentServices>,
+    /// The subagents of this agent (`crate::features::subagents`), when
+    /// it has them: `/stop` and shutdown cancel them, a turn waits for
+    /// their results, `/status` lists them.
+    pub subagents: Option<Arc<dyn super::hooks::Subagents>>,
+    /// The slash commands features added (`/goal`, `/dream`, …).
+    pub commands: super::commands::CommandRegistry,
     /// Token consolidation (before BUILD, and in the background after SAVE).
     pub consolidator: Consolidator,
     /// Idle compaction, scanned from `AgentLoop::run`.
     pub auto_compact: AutoCompact,
-    /// Memory consolidation from the history archive (`/dream`, periodic
-    /// in the gateway).
-    pub dream: Arc<super::dream::Dream>,
     /// `<data>/media`: the only place image attachments are read from.
     pub media_root: std::path::PathBuf,
     /// The chat a person last wrote from, persisted in the data dir (the
     /// heartbeat's default target survives a restart).
-    pub last_chat: Arc<super::heartbeat::LastChat>,
+    pub last_chat: Arc<super::last_chat::LastChat>,
     /// One lock per session, shared by the loop, background work and the
     /// gateway's API; pruned when idle.
     pub locks: Arc<super::locks::KeyedLocks>,
@@ -97,16 +98,18 @@ impl AgentCore {
             active_tasks: self.active.count(),
             // Mid-turn the running turn's slot is newer than the stored copy.
             goal: match self.active.get(&session.key) {
-                Some(turn) => turn.goal.get().or_else(|| super::goals::goal_of(session)),
-                None => super::goals::goal_of(session),
+                Some(turn) => turn.goal.get().or_else(|| super::goal::goal_of(session)),
+                None => super::goal::goal_of(session),
             },
         };
         let mut text = super::commands::status_text(&facts, session);
         if let Some(note) = self.runner.provider().status_note() {
             text = format!("{text}\n{note}");
         }
-        text = format!("{text}\n{}", self.dream.status_line());
-        match self.services.subagents().and_then(|m| m.status_lines(&session.key)) {
+        for line in self.commands.handlers().filter_map(|h| h.status_line()) {
+            text = format!("{text}\n{line}");
+        }
+        match self.subagents.as_ref().and_then(|m| m.status_lines(&session.key)) {
             Some(lines) => format!("{text}\n{lines}"),
             None => text,
         }

@@ -1,4 +1,10 @@
-//! The agent: loop, turns, runner, prompt assembly.
+//! The agent's engine: loop, turns, runner, prompt assembly.
+//!
+//! The engine knows no feature: goals' commands, subagents, the plugin
+//! services, the heartbeat, cron and Dream live in [`crate::features`] and
+//! reach the engine only through the traits of [`hooks`] (the engine
+//! declares the trait, a feature implements it). `crate::features` imports
+//! this module; this module never imports it (`module_graph` checks).
 //!
 //! Read in the order a message flows: [`agent_loop`] (dispatch, locks,
 //! pending injection) → [`turn`] (the state machine) → [`context`] (prompt
@@ -17,22 +23,18 @@ pub mod agent_loop;
 pub mod archives;
 pub mod commands;
 pub mod context;
-pub mod dream;
-/// Dream's recorded edits (now `dream::history`).
-pub use dream::history as dream_history;
-pub mod goals;
-pub mod heartbeat;
+pub mod goal;
+pub mod hooks;
 pub mod images;
+pub mod last_chat;
 pub mod locks;
 pub mod recovery;
 pub mod core;
 pub mod pending;
 pub mod responder;
 pub mod runner;
-pub mod services;
 pub mod sink;
 pub mod skills;
-pub mod subagents;
 pub mod turn;
 
 pub use agent_loop::{AgentLoop, TurnOutcome};

@@ -127,8 +127,8 @@ pub fn user_message(inbound: &InboundMessage) -> Message {
     }
     let mut message = Message::user(text).with_meta("timestamp", inbound.timestamp.to_rfc3339());
     // A subagent's announcement keeps its task id, so the session holds it
-    // once (see `agent::subagents::already_delivered`).
-    if let Some(task_id) = crate::agent::subagents::task_id(inbound) {
+    // once (see `session::holds_subagent_result`).
+    if let Some(task_id) = crate::bus::subagent_task_id(inbound) {
         message = message.with_meta(crate::bus::INJECTED_EVENT, crate::bus::SUBAGENT_RESULT).with_meta(crate::bus::TASK_ID, task_id);
     }
     if !images.is_empty() {

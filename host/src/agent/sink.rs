@@ -56,14 +56,14 @@ pub trait TurnSink: Send + Sync {
     fn tool_finished(&self, _call: &ToolCall, _ok: bool) {}
 
     /// While a sustained goal is active, the model answered without tools
-    /// and the run goes on (`agent::goals`): `text` is that interim answer
+    /// and the run goes on (`agent::goal`): `text` is that interim answer
     /// (the model's; escape it for the medium). When the sink streams, its
     /// text already came as deltas; the next deltas belong to the next
     /// answer.
     fn interim_answer(&self, _text: &str) {}
 
     /// A short status from the host before a slow reply (`/dream`'s
-    /// [`crate::agent::dream::DREAMING`]): the host's own text, delivered
+    /// `crate::features::dream::DREAMING`): the host's own text, delivered
     /// like a message in a chat, shown as progress in the terminal.
     fn notice(&self, _text: &str) {}
 

@@ -145,10 +145,10 @@ pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow:
             }
         },
     };
-    let core = Arc::new(app.agent_core(provider, bus));
+    let wired = app.agent(provider, bus);
     // Here the only chat is the terminal.
-    core.services.set_reachable(vec![chitin::bus::SessionKey::new(args.session.as_str()).chat_hint().channel]);
-    let agent = AgentLoop::new(core);
+    wired.services.set_reachable(vec![chitin::bus::SessionKey::new(args.session.as_str()).chat_hint().channel]);
+    let agent = AgentLoop::new(Arc::new(wired.core));
     match args.message {
         Some(message) => one_shot(&agent, &progress, &message, &args.session).await,
         None => interactive(&agent, &progress, &args.session, &app.data).await,
@@ -193,7 +193,7 @@ async fn one_shot(agent: &AgentLoop, progress: &Arc<Progress>, message: &str, se
 /// nobody will see must not be announced as if it had been delivered.
 async fn finish_subagents(agent: &AgentLoop, session: &str) -> anyhow::Result<()> {
     let bus = &agent.core().bus;
-    let manager = agent.core().services.subagents().cloned();
+    let manager = agent.core().subagents.clone();
     let running = || manager.as_ref().is_some_and(|m| m.has_running(session));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(agent.core().settings.subagents.keep_alive_secs);
     loop {
@@ -306,7 +306,7 @@ async fn interactive(agent: &AgentLoop, progress: &Arc<Progress>, session: &str,
     }
     late.abort();
     let _ = editor.save_history(&history);
-    if let Some(manager) = agent.core().services.subagents() {
+    if let Some(manager) = &agent.core().subagents {
         manager.cancel_all();
     }
     agent.core().tasks.close();

@@ -33,7 +33,7 @@ pub fn run(data: &DataDir, force: bool) -> anyhow::Result<ExitCode> {
     // Through the workspace handle: a plugin may have planted a dangling
     // symlink at one of these names to make onboarding write outside.
     let files = Workspace::open(&workspace)?;
-    for (file, text) in [("AGENTS.md", AGENTS_MD), ("SOUL.md", SOUL_MD), ("USER.md", USER_MD), ("memory/MEMORY.md", MEMORY_MD), ("HEARTBEAT.md", chitin::agent::heartbeat::HEARTBEAT_TEMPLATE)] {
+    for (file, text) in [("AGENTS.md", AGENTS_MD), ("SOUL.md", SOUL_MD), ("USER.md", USER_MD), ("memory/MEMORY.md", MEMORY_MD), ("HEARTBEAT.md", chitin::features::heartbeat::HEARTBEAT_TEMPLATE)] {
         write_if_missing(&files, Path::new(file), text)?;
     }
     files.create_dir_all(Path::new("skills"))?;

@@ -52,7 +52,7 @@ pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     }
     let limits = &app.config.limits;
     // Read without a gateway; a corrupt file is shown, never rewritten.
-    match chitin::cron::CronService::open(chitin::cron::CronService::jobs_file(app.data.root()), std::sync::Arc::new(chitin::compact::SystemClock)) {
+    match chitin::features::cron::CronService::open(chitin::features::cron::CronService::jobs_file(app.data.root()), std::sync::Arc::new(chitin::compact::SystemClock)) {
         Ok(cron) => {
             let jobs = cron.all();
             match jobs.iter().filter_map(|j| j.next_run).min() {

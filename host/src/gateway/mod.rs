@@ -128,7 +128,8 @@ pub struct Gateway {
     state: Arc<api::ApiState>,
     bus: Arc<MessageBus>,
     channels: Vec<Box<dyn Channel>>,
-    cron: Option<Arc<crate::cron::CronService>>,
+    cron: Option<Arc<crate::features::cron::CronService>>,
+    dream: Arc<crate::features::dream::Dream>,
     limits: ServerLimits,
 }
 
@@ -142,17 +143,17 @@ impl Gateway {
         let channels = channels(app)?;
         let provider = app.provider()?;
         let bus = app.durable_bus()?;
-        let core = Arc::new(app.agent_core(provider, bus.clone()));
+        let wired = app.agent(provider, bus.clone());
         // The `message` tool reaches the front ends and channels served here.
         let mut reachable: Vec<String> = vec![api::API_CHANNEL.into(), webchat::WEB_CHANNEL.into()];
         reachable.extend(channels.iter().map(|c| c.name().to_string()));
-        core.services.set_reachable(reachable);
+        wired.services.set_reachable(reachable);
         // Scheduled jobs: a jobs file that does not parse keeps cron off
         // (and untouched), not the whole gateway.
-        let cron = match crate::cron::CronService::open(crate::cron::CronService::jobs_file(app.data.root()), Arc::new(crate::compact::SystemClock)) {
+        let cron = match crate::features::cron::CronService::open(crate::features::cron::CronService::jobs_file(app.data.root()), Arc::new(crate::compact::SystemClock)) {
             Ok(cron) => {
                 let cron = Arc::new(cron);
-                core.services.set_cron(cron.clone());
+                wired.services.set_cron(cron.clone());
                 Some(cron)
             }
             Err(e) => {
@@ -160,7 +161,8 @@ impl Gateway {
                 None
             }
         };
-        let agent = AgentLoop::new(core);
+        let dream = wired.dream;
+        let agent = AgentLoop::new(Arc::new(wired.core));
         let listener = TcpListener::bind(config.listen).await.map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let (total, lowered) = limits::descriptor_bounded(limits.max_connections);
@@ -172,7 +174,7 @@ impl Gateway {
         // Only without a token does a browser's ambient access matter.
         let same_origin = matches!(auth, GatewayAuth::Disabled).then(|| origin::SameOrigin::new(addr, &limits.allowed_hosts));
         let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth, crate::channels::webhook::Routes::new(), same_origin, limits.body_timeout));
-        Ok(Gateway { listener, addr, state, bus, channels, cron, limits })
+        Ok(Gateway { listener, addr, state, bus, channels, cron, dream, limits })
     }
 
     /// The bound address (the real port when `listen` asked for port 0).
@@ -199,7 +201,7 @@ impl Gateway {
     /// Serves until `shutdown` resolves, then shuts down as the module docs
     /// describe.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<ShutdownReport, GatewayError> {
-        let Gateway { listener, state, bus, channels, cron, limits, .. } = self;
+        let Gateway { listener, state, bus, channels, cron, dream, limits, .. } = self;
         let agent = state.agent.clone();
         let router_task = tokio::spawn(state.router.clone().run(bus.clone()));
         let web_task = tokio::spawn(state.web.clone().run(state.router.route_channel(webchat::WEB_CHANNEL)));
@@ -225,10 +227,10 @@ impl Gateway {
             tokio::spawn(cron.run(bus.clone(), move |key: &str| active.get(key).is_some(), CRON_TICK, channel_stop.clone()))
         });
         // Dream (memory consolidation) stops with the intake too.
-        let dream_task = agent.core().settings.dream.enabled.then(|| tokio::spawn(crate::agent::dream::run_periodically(agent.clone(), channel_stop.clone())));
+        let dream_task = agent.core().settings.dream.enabled.then(|| tokio::spawn(crate::features::dream::run_periodically(agent.clone(), dream, channel_stop.clone())));
         let heartbeat_task = agent.core().settings.heartbeat.enabled.then(|| {
             let clock: Arc<dyn crate::compact::Clock> = Arc::new(crate::compact::SystemClock);
-            tokio::spawn(crate::agent::heartbeat::run_periodically(agent.clone(), clock, CRON_TICK, channel_stop.clone()))
+            tokio::spawn(crate::features::heartbeat::run_periodically(agent.clone(), clock, CRON_TICK, channel_stop.clone()))
         });
         let server_stop = CancellationToken::new();
         let server = tokio::spawn(serve(listener, state.clone(), limits, server_stop.clone()));

@@ -198,6 +198,12 @@ fn with_breadcrumbs(message: &Message) -> Message {
     out
 }
 
+/// Whether `session` already holds the announcement of subagent task `id`
+/// (a result is taken into a session once).
+pub fn holds_subagent_result(session: &Session, id: &str) -> bool {
+    session.messages.iter().any(|m| m.meta.get(crate::bus::TASK_ID).and_then(Value::as_str) == Some(id))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -144,7 +144,7 @@ impl AgentRunner {
                     // reminder are checkpointed together, so a crash resumes
                     // after them.
                     spec.sink.interim_answer(&answer);
-                    run.messages.push(Message::user(prompt).with_meta(crate::agent::goals::GOAL_CONTINUATION, true));
+                    run.messages.push(Message::user(prompt).with_meta(crate::agent::goal::GOAL_CONTINUATION, true));
                     run.checkpoint(CheckpointPhase::FinalResponse, iteration, &[]);
                     continue;
                 }
@@ -308,7 +308,7 @@ impl Run<'_> {
         for message in injected {
             // An internal event (a subagent's result) stays its own message:
             // merged, it would lose the task id the session dedups on.
-            let event = |m: &Message| m.meta.contains_key(crate::agent::subagents::INJECTED_EVENT);
+            let event = |m: &Message| m.meta.contains_key(crate::bus::INJECTED_EVENT);
             match self.messages.last_mut() {
                 Some(last) if last.role == Role::User && message.role == Role::User && last.tool_calls.is_empty() && !event(last) && !event(&message) => {
                     let merged = format!("{}\n\n{}", last.text(), message.text());

@@ -12,6 +12,9 @@ use crate::provider::{ModelHandle, Usage};
 use crate::session::{Message, ToolCall};
 use crate::tools::ToolRegistry;
 
+/// Declared in [`crate::agent::hooks`]; named here too, where the runner takes them.
+pub use crate::agent::hooks::{GoalDriver, GoalStep, InjectionSource};
+
 /// Everything one run needs. The runner knows no channel and no session
 /// store: persistence happens through the checkpoint callback, output
 /// through the sink.
@@ -58,30 +61,6 @@ pub struct AgentRunSpec {
     /// The session's sustained goal: asked after each answer without tool
     /// calls whether the run goes on (`None`: it never does).
     pub goal: Option<Arc<dyn GoalDriver>>,
-}
-
-/// What the runner does after an answer without tool calls, while a goal
-/// may be active (spec §5: `goal_active_predicate` /
-/// `goal_continue_message`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GoalStep {
-    /// No active goal: the answer is final.
-    Finish,
-    /// The goal is still active: the answer is an interim one; this user
-    /// message is appended and the run goes on.
-    Continue(String),
-    /// The goal is active but its budget ran out: the answer is final, with
-    /// this note appended.
-    Stop(String),
-}
-
-/// Decides whether a run continues for its session's goal.
-pub trait GoalDriver: Send + Sync {
-    /// Called after each answer without tool calls.
-    fn after_answer(&self) -> GoalStep;
-    /// `max_iterations` ran out: a note for the reply when a goal was still
-    /// active (the driver stops it).
-    fn at_limit(&self, max_iterations: usize) -> Option<String>;
 }
 
 /// Why a run ended: the bus's [`crate::bus::StopReason`], so a reply
@@ -172,17 +151,4 @@ pub enum CheckpointPhase {
     ToolsCompleted,
     /// The final answer is in.
     FinalResponse,
-}
-
-/// Supplies messages that arrived mid-run.
-pub trait InjectionSource: Send + Sync {
-    /// Takes up to `max` waiting messages.
-    fn drain(&self, max: usize) -> Vec<Message>;
-
-    /// Called when the run would end: waits (bounded) while more messages
-    /// are expected (subagents of the session still run); true when some
-    /// arrived, so the run goes on with them.
-    fn wait_for_more(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
-        Box::pin(async { false })
-    }
 }

@@ -41,8 +41,8 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     }
 
     let session = ctx.session_mut()?;
-    if let Some(goal) = crate::agent::goals::goal_of(session).filter(|g| g.is_active()) {
-        system_prompt.push_str(&crate::agent::goals::prompt_block(&goal));
+    if let Some(goal) = crate::agent::goal::goal_of(session).filter(|g| g.is_active()) {
+        system_prompt.push_str(&crate::agent::goal::prompt_block(&goal));
     }
     ctx.history = session.get_history_bounded(core.settings.history_max_messages, budget, &message_bound, &estimate_message);
     let prompt_tokens = prompt_tokens(&overhead, &ctx.history);
@@ -83,8 +83,8 @@ fn resume(core: &AgentCore, ctx: &mut TurnContext, mut system_prompt: String, ov
         return Err(TurnError::Missing { turn, state, missing: "the resumed turn's user message" });
     };
     let tail: Vec<Message> = session.messages[start..].to_vec();
-    if let Some(goal) = crate::agent::goals::goal_of(session).filter(|g| g.is_active()) {
-        system_prompt.push_str(&crate::agent::goals::prompt_block(&goal));
+    if let Some(goal) = crate::agent::goal::goal_of(session).filter(|g| g.is_active()) {
+        system_prompt.push_str(&crate::agent::goal::prompt_block(&goal));
     }
     let mut history = session.get_history_bounded(core.settings.history_max_messages, budget, &message_bound, &estimate_message);
     // History is a suffix of the session: cut it where the turn starts.

@@ -5,8 +5,7 @@
 use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::commands::{self, Command, Parsed};
 use crate::agent::core::AgentCore;
-use crate::agent::subagents;
-use crate::agent::goals;
+use crate::agent::hooks::{CommandCall, CommandReply};
 use crate::bus::OutboundMessage;
 use crate::session::{COMMAND_MARKER, Message};
 
@@ -21,8 +20,8 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     // A SYSTEM turn (a subagent's result) is never a command. The session
     // takes each result once: a second delivery ends here, unanswered.
     if ctx.inbound.channel == crate::bus::SYSTEM_CHANNEL {
-        if let Some(id) = subagents::task_id(&ctx.inbound).map(str::to_string)
-            && subagents::already_delivered(ctx.session_mut()?, &id)
+        if let Some(id) = crate::bus::subagent_task_id(&ctx.inbound).map(str::to_string)
+            && crate::session::holds_subagent_result(ctx.session_mut()?, &id)
         {
             tracing::info!(session = %ctx.session_key, subagent = %id, "subagent result already in the session; not handled again");
             return Ok(TurnEvent::Shortcut);
@@ -32,55 +31,40 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
     if ctx.internal {
         return Ok(TurnEvent::Dispatch);
     }
-    let reply = match commands::parse(&ctx.inbound.content) {
+    let reply = match core.commands.parse(&ctx.inbound.content) {
         Parsed::NotACommand => return Ok(TurnEvent::Dispatch),
         Parsed::Unknown { name, suggestion } => commands::unknown_text(&name, suggestion),
-        Parsed::Known(Command::Help) => commands::help_text(),
+        Parsed::Known(Command::Help) => core.commands.help_text(),
         Parsed::Known(Command::Status) => core.status_text(ctx.session_mut()?),
         // A /stop that reaches a turn found no turn running (a running turn
         // is stopped by the loop before any lock is taken); subagents of the
         // session may still be.
-        Parsed::Known(Command::Stop) => match core.services.subagents().map(|m| m.cancel_session(&ctx.session_key)).unwrap_or(0) {
+        Parsed::Known(Command::Stop) => match core.subagents.as_ref().map(|m| m.cancel_session(&ctx.session_key)).unwrap_or(0) {
             0 => "No task is running.".to_string(),
             n => format!("Stopped {n} subagent(s)."),
         },
-        Parsed::Known(Command::Goal) => {
-            let task = commands::args(&ctx.inbound.content).to_string();
+        Parsed::Registered(name) => {
+            let handler = core.commands.get(name).expect("parsed from the registry").clone();
+            let args = commands::args(&ctx.inbound.content).to_string();
             let ephemeral = ctx.ephemeral;
-            let session = ctx.session_mut()?;
-            if task.is_empty() {
-                match goals::goal_of(session) {
-                    Some(goal) => goals::describe(&goal),
-                    None => format!("No goal is set. {}", goals::GOAL_USAGE),
+            let call = CommandCall { core, args: &args, session: ctx.session_mut()?, ephemeral };
+            match handler.handle(call)? {
+                CommandReply::Reply(text) => text,
+                CommandReply::Dispatch => {
+                    tracing::info!(session = %ctx.session_key, command = name, "command handled; the message goes on to the model");
+                    return Ok(TurnEvent::Dispatch);
                 }
-            } else {
-                match goals::command_set(session, &task) {
-                    Ok(_) => {
-                        // The goal is set; the message goes on to the model,
-                        // which starts working on it (nanobot's `/goal`).
-                        if !ephemeral {
-                            core.sessions.save(session)?;
-                        }
-                        tracing::info!(session = %ctx.session_key, "goal set by /goal");
-                        return Ok(TurnEvent::Dispatch);
-                    }
-                    Err(e) => format!("{e}. {}", goals::GOAL_USAGE),
+                CommandReply::AfterTurn(work) => {
+                    // The work runs after this turn has let go of the
+                    // session's lock and its concurrency slot
+                    // (`AgentLoop::process`): it may run turns of its own,
+                    // which must not wait for this one. Like `/new`, the
+                    // command is not stored in the conversation.
+                    ctx.follow_up = Some(super::FollowUp::Command(work));
+                    return Ok(TurnEvent::Shortcut);
                 }
             }
         }
-        Parsed::Known(Command::Dream) => {
-            // Dream runs after this turn has let go of the session's lock and
-            // its concurrency slot (`AgentLoop::process`): it is a turn of
-            // its own, which must not wait for this one. Like `/new`, the
-            // command is not stored in the conversation.
-            ctx.follow_up = Some(super::FollowUp::Dream);
-            return Ok(TurnEvent::Shortcut);
-        }
-        Parsed::Known(Command::DreamLog) => core.dream.log_text(),
-        Parsed::Known(Command::DreamRestore) => match commands::args(&ctx.inbound.content).trim_start_matches('#').parse::<u64>() {
-            Ok(number) => core.dream.restore(number),
-            Err(_) => "Usage: /dream-restore <n>, with n a run number from /dream-log.".to_string(),
-        },
         Parsed::Known(Command::New) => {
             let ephemeral = ctx.ephemeral;
             let session = ctx.session_mut()?;

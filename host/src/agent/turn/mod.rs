@@ -189,13 +189,13 @@ pub struct TurnContext {
 }
 
 /// What a command asks of the loop after its turn (see `AgentLoop::process`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FollowUp {
-    /// `/dream`: run Dream; its report is the turn's reply.
-    Dream,
     /// `/new`: archive the cleared tail (`agent::archives`), owned by the
     /// agent's task tracker.
     Archive,
+    /// A registered command's work after the turn; its answer is the
+    /// turn's reply ([`CommandReply::AfterTurn`](crate::agent::hooks::CommandReply::AfterTurn)).
+    Command(crate::agent::hooks::AfterTurn),
 }
 
 /// The tools and iteration limit of an internal run, in place of the

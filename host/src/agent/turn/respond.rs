@@ -11,7 +11,7 @@ use crate::bus::{OutboundKind, OutboundMessage, Reply, TokenUsage};
 pub const BACKGROUND_DONE: &str = "Background task completed.";
 
 pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
-    // The `message` tool marks the running turn (agent::services).
+    // The `message` tool marks the running turn (features::services).
     ctx.sent_to_chat = core.active.get(&ctx.session_key).is_some_and(|turn| turn.reply_suppressed());
     if ctx.sent_to_chat {
         return Ok(TurnEvent::Ok);

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use super::save::append_run_messages;
 use super::{TurnContext, TurnError, TurnEvent};
 use crate::agent::core::AgentCore;
-use crate::agent::goals::{self, TurnGoal};
+use crate::agent::goal::{self as goals, TurnGoal};
 use crate::agent::runner::{AgentRunSpec, Checkpoint, CheckpointView, GoalDriver, InjectionSource};
 use crate::plugins::CallContext;
 use crate::session::{RUNTIME_CHECKPOINT, Session, SessionStore, ToolCall};

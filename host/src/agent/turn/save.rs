@@ -60,8 +60,8 @@ pub(super) fn append_run_messages(session: &mut Session, added: impl IntoIterato
     let mut known: HashSet<String> = this_turn.iter().flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone())).collect();
     for mut message in added {
         // A subagent's result is held once, however it arrived.
-        if let Some(id) = message.meta.get(crate::agent::subagents::TASK_ID).and_then(Value::as_str)
-            && crate::agent::subagents::already_delivered(session, id)
+        if let Some(id) = message.meta.get(crate::bus::TASK_ID).and_then(Value::as_str)
+            && crate::session::holds_subagent_result(session, id)
         {
             continue;
         }

@@ -36,6 +36,7 @@
 //!   nothing is written to the workspace.
 
 mod cursor;
+pub mod commands;
 pub mod history;
 mod staging;
 
@@ -46,9 +47,9 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::agent_loop::{AgentLoop, InternalRun};
-use super::context::{HISTORY_FILE, MEMORY_FILE};
-use super::turn::RunScope;
+use crate::agent::agent_loop::{AgentLoop, InternalRun};
+use crate::agent::context::{HISTORY_FILE, MEMORY_FILE};
+use crate::agent::turn::RunScope;
 use crate::bus::StopReason;
 use crate::config::DreamConfig;
 use crate::plugins::{PluginSource, WorkspaceAccess};
@@ -362,7 +363,7 @@ impl Dream {
         let guard: CallGuard = Arc::new(write_guard);
         let scope = RunScope { tools: Some(tools.confined(staging.dir.path().to_path_buf(), guard)), max_iterations: Some(self.settings.max_iterations.max(1)) };
         // The run acts in a chat of its own: channel `dream`, chat the stamp.
-        let run = InternalRun { content: prompt, session_key: key.clone(), channel: "dream".into(), chat_id: stamp, scope, sink: super::sink::silent() };
+        let run = InternalRun { content: prompt, session_key: key.clone(), channel: "dream".into(), chat_id: stamp, scope, sink: crate::agent::sink::silent() };
         let reason = agent.run_internal(run).await.stop;
         let secs = || started.elapsed().as_secs_f64();
         if reason != StopReason::Completed {
@@ -438,8 +439,7 @@ impl Dream {
 /// Runs Dream every `[agent.dream] interval_secs` while the archive has
 /// new entries, until `stop` (the gateway). A run still going at `stop` is
 /// dropped: it stored nothing and its cursor stays.
-pub async fn run_periodically(agent: AgentLoop, stop: tokio_util::sync::CancellationToken) {
-    let dream = agent.core().dream.clone();
+pub async fn run_periodically(agent: AgentLoop, dream: Arc<Dream>, stop: tokio_util::sync::CancellationToken) {
     let interval = std::time::Duration::from_secs(dream.settings().interval_secs.max(1));
     loop {
         tokio::select! {
@@ -577,7 +577,7 @@ mod tests {
         std::fs::write(staging.dir.path().join("memory/MEMORY.md"), "more facts").unwrap();
         std::fs::write(staging.dir.path().join("notes.txt"), "no").unwrap();
         std::fs::write(staging.dir.path().join("skills/link.md"), "through the link").unwrap();
-        let history = crate::agent::dream::history::DreamHistory::new(&dir.path().join("data"));
+        let history = crate::features::dream::history::DreamHistory::new(&dir.path().join("data"));
         let (changed, refused) = staging.apply(&ws, &history).unwrap();
         assert_eq!(changed, ["memory/MEMORY.md"]);
         assert_eq!(refused, ["notes.txt", "skills/link.md"]);

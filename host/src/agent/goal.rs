@@ -1,4 +1,10 @@
-//! Sustained goals (issue 11 §4, nanobot's `/goal` mode).
+//! Sustained goals (issue 11 §4, nanobot's `/goal` mode): the goal record a
+//! turn carries. The `/goal` command is a feature
+//! (`crate::features::goals`); the record stays in the engine because every
+//! turn reads and writes it: BUILD puts it in the prompt, RUN hands the
+//! runner its [`TurnGoal`] driver, the turn's [`GoalSlot`] is what the
+//! plugins' `goals` interface changes mid-run, each checkpoint stores it,
+//! `/status` shows it and the loop resumes an interrupted one at start.
 //!
 //! A session may have one goal: an objective with a status (`active`,
 //! `complete`, `cancelled`, `blocked`), the last recap and its times. It is
@@ -33,7 +39,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::agent::runner::{GoalDriver, GoalStep};
+use crate::agent::hooks::{GoalDriver, GoalStep};
 use crate::plugins::{GoalAction, GoalStatus, GoalUpdate, GoalView};
 use crate::session::Session;
 
@@ -336,9 +342,6 @@ pub fn command_set(session: &mut Session, task: &str) -> Result<Goal, String> {
     set_goal(session, Some(&goal));
     Ok(goal)
 }
-
-/// The `/goal` usage line.
-pub const GOAL_USAGE: &str = "Usage: /goal <long-running task description>. The agent works on it until it is done (or blocked); /goal alone shows the current goal.";
 
 /// The runner's view of the turn's goal: continue while it is active and
 /// the turn's budget lasts.

@@ -33,16 +33,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use chrono::Utc;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::active::ActiveTurns;
-use super::runner::{AgentRunSpec, AgentRunner, StopReason};
+use crate::agent::active::ActiveTurns;
+use crate::agent::runner::{AgentRunSpec, AgentRunner, StopReason};
 use crate::bus::{InboundMessage, MessageBus, SYSTEM_CHANNEL};
 use crate::config::AgentConfig;
 use crate::plugins::CallContext;
 use crate::plugins::services::{SpawnFuture, SpawnRequest, SubagentInfo, SubagentState};
-use crate::session::{Message, Session};
+use crate::session::Message;
 use crate::tools::ToolRegistry;
 use crate::workspace::Workspace;
 
@@ -260,7 +259,7 @@ impl SubagentManager {
             call_context: CallContext { session_key: format!("{SESSION_PREFIX}{id}"), channel: origin.channel.clone(), chat_id: origin.chat_id.clone(), call_id: String::new() },
             checkpoint: None,
             injections: None,
-            sink: super::sink::silent(),
+            sink: crate::agent::sink::silent(),
             fail_on_tool_error: true,
             // A subagent has no session, so no goal.
             goal: None,
@@ -413,22 +412,34 @@ pub fn announcement(origin: &Origin, id: &str, label: &str, task: &str, state: S
     message
 }
 
-/// The subagent task id of a `system` announcement, if it is one.
-pub fn task_id(message: &InboundMessage) -> Option<&str> {
-    match &message.origin {
-        crate::bus::Origin::Subagent { task_id, .. } if message.channel == SYSTEM_CHANNEL => Some(task_id),
-        _ => None,
+/// The engine's view of the subagents (`/stop`, `/status`, keep-alive,
+/// shutdown).
+impl crate::agent::hooks::Subagents for SubagentManager {
+    fn has_running(&self, session_key: &str) -> bool {
+        SubagentManager::has_running(self, session_key)
+    }
+    fn cancel_session(&self, session_key: &str) -> usize {
+        SubagentManager::cancel_session(self, session_key)
+    }
+    fn cancel_all(&self) -> usize {
+        SubagentManager::cancel_all(self)
+    }
+    fn status_lines(&self, session_key: &str) -> Option<String> {
+        SubagentManager::status_lines(self, session_key)
     }
 }
 
+/// The subagent task id of a `system` announcement (read by the engine too,
+/// so declared in `bus`).
+pub use crate::bus::subagent_task_id as task_id;
+
 /// Whether `session` already holds the announcement of task `id`.
-pub fn already_delivered(session: &Session, id: &str) -> bool {
-    session.messages.iter().any(|m| m.meta.get(TASK_ID).and_then(Value::as_str) == Some(id))
-}
+pub use crate::session::holds_subagent_result as already_delivered;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::Session;
 
     #[test]
     fn labels_are_one_clipped_safe_line() {

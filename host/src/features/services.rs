@@ -16,10 +16,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use super::active::ActiveTurns;
+use crate::agent::active::ActiveTurns;
 use crate::bus::{MessageBus, OutboundMessage, SYSTEM_CHANNEL};
 use super::subagents::SubagentManager;
-use crate::cron::{CronService, Job, JobSpec, Origin, Schedule};
+use crate::features::cron::{CronService, Job, JobSpec, Origin, Schedule};
 use crate::plugins::services::{Delivery, GoalUpdate, GoalView, HostServices, JobRequest, JobView, SendRequest, SpawnFuture, SpawnRequest, SubagentInfo, When, chat_allowed};
 use crate::plugins::CallContext;
 use crate::workspace::Workspace;
@@ -202,7 +202,7 @@ impl HostServices for AgentServices {
 impl AgentServices {
     /// The goal of the turn `call` belongs to: a goal is changed only from
     /// inside its session's turn.
-    fn goal_slot(&self, call: &CallContext) -> Result<Arc<super::goals::GoalSlot>, String> {
+    fn goal_slot(&self, call: &CallContext) -> Result<Arc<crate::agent::goal::GoalSlot>, String> {
         self.active.get(&call.session_key).map(|turn| turn.goal.clone()).ok_or_else(|| format!("goals: {}", crate::plugins::services::NO_SERVICES))
     }
 }
