@@ -8,11 +8,12 @@
 //! read the manifest and world, audit the imports, refuse name and tool
 //! collisions, compile and link it into the cache, show the review, get the
 //! user's approval, then write `plugins/<name>/<sha256>.wasm` and
-//! `chitin.lock`. The pipeline is `chitin::market::install`; this module
-//! glues it to the config, the terminal and the prompt.
+//! `chitin.lock`. The pipeline is `chitin::market::install` and the
+//! publisher tools are `chitin::market::publish`; this module glues them to
+//! the config, the terminal and the prompt.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::io::{BufRead as _, IsTerminal as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -24,13 +25,11 @@ use reqwest::Url;
 use super::shown;
 use chitin::app::AppOptions;
 use chitin::config::{Config, DataDir};
-use chitin::market::audit;
-use chitin::market::index::{self, Index, IndexPlugin, IndexSource, IndexVersion, PublisherConfig};
-use chitin::market::install::{Approve, Candidate, Installed, Installer, check_artifact, check_name, commit, compile, obtain};
+use chitin::market::index::{Index, IndexSource};
+use chitin::market::install::{Approve, Candidate, Installed, Installer, check_name, commit, compile, obtain};
 use chitin::market::lock::{self, Lock, Locked};
-use chitin::market::{MarketError, sha256_hex, sign, store};
-use chitin::plugins::world::World;
-use chitin::plugins::{Manifest, PluginRuntime, RuntimeConfig};
+use chitin::market::{MarketError, publish, sign, store};
+use chitin::plugins::{PluginRuntime, RuntimeConfig};
 
 
 /// `chitin plugin index ...`: for index operators.
@@ -450,147 +449,38 @@ fn password() -> String {
 
 /// `chitin plugin keygen PREFIX`: PREFIX.key and PREFIX.pub.
 pub fn keygen(prefix: &Path) -> anyhow::Result<ExitCode> {
-    let secret_path = prefix.with_extension("key");
-    let public_path = prefix.with_extension("pub");
-    for path in [&secret_path, &public_path] {
-        if path.exists() {
-            bail!("{} exists; keygen never overwrites a key", path.display());
-        }
-    }
     let password = password();
-    let (public, secret) = sign::generate(&password).map_err(|e| anyhow::anyhow!("cannot generate a key: {e}"))?;
-    let id = sign::key_id(&public).unwrap_or_default();
-    write_private(&secret_path, secret.as_bytes())?;
-    std::fs::write(&public_path, format!("untrusted comment: minisign public key {id}\n{public}\n")).with_context(|| format!("cannot write {}", public_path.display()))?;
-    outln!("secret key: {}{}", secret_path.display(), if password.is_empty() { format!(" (not protected: set {} to protect it)", sign::PASSWORD_VAR) } else { String::new() })?;
-    outln!("public key: {} (id {id})", public_path.display())?;
-    outln!("{public}")?;
+    let key = publish::keygen(prefix, &password)?;
+    outln!("secret key: {}{}", key.secret_path.display(), if password.is_empty() { format!(" (not protected: set {} to protect it)", sign::PASSWORD_VAR) } else { String::new() })?;
+    outln!("public key: {} (id {})", key.public_path.display(), key.id)?;
+    outln!("{}", key.public)?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).with_context(|| format!("cannot create {}", path.display()))?;
-    file.write_all(bytes).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
 }
 
 /// `chitin plugin sign FILE.wasm --key KEY`: FILE.wasm.minisig, whose
 /// signed comment binds the manifest's name and version and the digest.
 pub fn sign_file(file: &Path, key: &Path, output: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let manifest = Manifest::from_component(&bytes).with_context(|| format!("{} (pack it first: `chitin plugin pack`)", file.display()))?;
-    let sha256 = sha256_hex(&bytes);
-    let comment = sign::artifact_comment(&manifest.name, &manifest.version, &sha256);
-    let signature = sign::sign(key, &password(), &bytes, &comment)?;
-    let out = output.map(Path::to_path_buf).unwrap_or_else(|| signature_path(file));
-    std::fs::write(&out, &signature).with_context(|| format!("cannot write {}", out.display()))?;
-    outln!("signed {} {} (sha256 {sha256}) with key {}: {}", manifest.name, manifest.version, sign::signature_key_id(&signature).unwrap_or_default(), out.display())?;
+    let signed = publish::sign_file(file, key, output, &password())?;
+    outln!("signed {} {} (sha256 {}) with key {}: {}", signed.name, signed.version, signed.sha256, signed.key_id, signed.signature_path.display())?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn signature_path(file: &Path) -> PathBuf {
-    let mut name = file.as_os_str().to_owned();
-    name.push(".minisig");
-    PathBuf::from(name)
 }
 
 /// `chitin plugin index ...`.
 pub fn index_command(cmd: IndexCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        IndexCommand::Add { dir, file, publisher, publisher_key, description } => index_add(&dir, &file, &publisher, &publisher_key, &description),
-        IndexCommand::Yank { dir, target } => index_yank(&dir, &target),
-        IndexCommand::Sign { dir, key, name, expires_days } => index_sign(&dir, &key, &name, expires_days),
-    }
-}
-
-fn load_index_doc(dir: &Path) -> anyhow::Result<Index> {
-    let path = dir.join("index.json");
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| format!("{} is not a valid index", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Ok(Index { schema: index::SCHEMA, name: String::new(), version: 0, expires: Utc::now(), publishers: BTreeMap::new(), plugins: BTreeMap::new() })
+        IndexCommand::Add { dir, file, publisher, publisher_key, description } => {
+            let added = publish::index_add(&dir, &file, &publisher, &publisher_key, &description)?;
+            outln!("added {} {} to {} ({}); sign the index next: `chitin plugin index sign`", added.name, added.version, dir.join("index.json").display(), added.artifact)?;
         }
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        IndexCommand::Yank { dir, target } => {
+            let Some((name, version)) = target.split_once('@') else { bail!("`{target}` is not NAME@VERSION") };
+            publish::index_yank(&dir, name, version)?;
+            outln!("yanked {name} {version}; sign the index next: `chitin plugin index sign`")?;
+        }
+        IndexCommand::Sign { dir, key, name, expires_days } => {
+            let signed = publish::index_sign(&dir, &key, &name, expires_days, &password())?;
+            outln!("signed index `{name}` version {} (expires {}) with key {}", signed.version, signed.expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true), signed.key_id)?;
+        }
     }
-}
-
-fn save_index_doc(dir: &Path, index: &Index) -> anyhow::Result<Vec<u8>> {
-    let path = dir.join("index.json");
-    let mut bytes = serde_json::to_vec_pretty(index)?;
-    bytes.push(b'\n');
-    chitin::fsutil::write_atomic(&path, &bytes).map_err(|(step, e)| anyhow::anyhow!("cannot write {}: {step}: {e}", path.display()))?;
-    Ok(bytes)
-}
-
-fn index_add(dir: &Path, file: &Path, publisher: &str, publisher_key: &str, description: &str) -> anyhow::Result<ExitCode> {
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let manifest = Manifest::from_component(&bytes).with_context(|| format!("{}", file.display()))?;
-    let world = World::detect(&bytes).with_context(|| format!("{}", file.display()))?;
-    let found = audit::audit(&bytes, &manifest).map_err(|e| anyhow::anyhow!("{}: import audit failed: {e}", file.display()))?;
-    let sig_path = signature_path(file);
-    let signature = std::fs::read_to_string(&sig_path).with_context(|| format!("cannot read {} (sign it first: `chitin plugin sign`)", sig_path.display()))?;
-    let key = match std::fs::read_to_string(publisher_key) {
-        Ok(text) => text.lines().rfind(|l| !l.trim().is_empty()).unwrap_or_default().trim().to_string(),
-        Err(_) => publisher_key.trim().to_string(),
-    };
-    if sign::key_id(&key).is_none() {
-        bail!("--publisher-key: `{publisher_key}` is neither a minisign public key file nor a key");
-    }
-    let sha256 = sha256_hex(&bytes);
-    // The index refuses to list what its users would refuse.
-    check_artifact(&manifest.name, &manifest.version, publisher, std::slice::from_ref(&key), &bytes, &sha256, &signature)?;
-    std::fs::create_dir_all(dir.join("artifacts")).with_context(|| format!("cannot create {}", dir.join("artifacts").display()))?;
-    let artifact = format!("artifacts/{}-{}.wasm", manifest.name, manifest.version);
-    std::fs::write(dir.join(&artifact), &bytes).with_context(|| format!("cannot write {}", dir.join(&artifact).display()))?;
-    let mut index = load_index_doc(dir)?;
-    let keys = &mut index.publishers.entry(publisher.to_string()).or_insert_with(PublisherConfig::default).keys;
-    if !keys.contains(&key) {
-        keys.push(key);
-    }
-    let entry = index.plugins.entry(manifest.name.clone()).or_insert_with(|| IndexPlugin { publisher: publisher.into(), description: String::new(), versions: Vec::new() });
-    if entry.publisher != publisher {
-        bail!("{} is published by `{}` in this index, not `{publisher}`", manifest.name, entry.publisher);
-    }
-    if !description.is_empty() || entry.description.is_empty() {
-        entry.description = if description.is_empty() { manifest.description.lines().next().unwrap_or("").to_string() } else { description.to_string() };
-    }
-    entry.versions.retain(|v| v.version != manifest.version);
-    entry.versions.push(IndexVersion {
-        version: manifest.version.clone(),
-        world: format!("chitin:plugin/{world}"),
-        artifact: index::Artifact { url: artifact.clone(), sha256, size: bytes.len() as u64 },
-        signature,
-        capabilities: manifest.capabilities.clone(),
-        imports: found.families.into_iter().collect(),
-        yanked: false,
-    });
-    save_index_doc(dir, &index)?;
-    outln!("added {} {} to {} ({artifact}); sign the index next: `chitin plugin index sign`", manifest.name, manifest.version, dir.join("index.json").display())?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn index_yank(dir: &Path, target: &str) -> anyhow::Result<ExitCode> {
-    let Some((name, version)) = target.split_once('@') else { bail!("`{target}` is not NAME@VERSION") };
-    let mut index = load_index_doc(dir)?;
-    let Some(entry) = index.plugins.get_mut(name).and_then(|p| p.versions.iter_mut().find(|v| v.version == version)) else {
-        bail!("{name} {version} is not in {}", dir.join("index.json").display());
-    };
-    entry.yanked = true;
-    save_index_doc(dir, &index)?;
-    outln!("yanked {name} {version}; sign the index next: `chitin plugin index sign`")?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn index_sign(dir: &Path, key: &Path, name: &str, expires_days: i64) -> anyhow::Result<ExitCode> {
-    let mut index = load_index_doc(dir)?;
-    index.name = name.to_string();
-    index.version += 1;
-    index.expires = Utc::now() + chrono::Duration::days(expires_days);
-    let bytes = save_index_doc(dir, &index)?;
-    let signature = sign::sign(key, &password(), &bytes, &sign::index_comment(name, index.version))?;
-    let sig_path = dir.join("index.json.minisig");
-    std::fs::write(&sig_path, &signature).with_context(|| format!("cannot write {}", sig_path.display()))?;
-    outln!("signed index `{name}` version {} (expires {}) with key {}", index.version, index.expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true), sign::signature_key_id(&signature).unwrap_or_default())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -7,7 +7,7 @@
 //! `header_read_timeout` (with hyper-util's `TokioTimer`) bounds a request
 //! head and, since hyper starts that timer as soon as a keep-alive
 //! connection goes idle, the idle wait too; `tokio::time::timeout` bounds a
-//! whole request body ([`super::api::read_body_within`]).
+//! whole request body ([`super::http::read_body_within`]).
 //!
 //! **Over a cap, a connection is closed at once** (after a best-effort
 //! 503 written without waiting), not kept waiting for a slot: a connection

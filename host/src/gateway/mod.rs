@@ -34,6 +34,7 @@
 //! and cross-site writes.
 
 pub mod api;
+pub mod http;
 pub mod limits;
 pub mod origin;
 pub mod router;
@@ -125,7 +126,7 @@ pub struct ShutdownReport {
 pub struct Gateway {
     listener: TcpListener,
     addr: SocketAddr,
-    state: Arc<api::ApiState>,
+    state: Arc<http::ApiState>,
     bus: Arc<MessageBus>,
     channels: Vec<Box<dyn Channel>>,
     cron: Option<Arc<crate::features::cron::CronService>>,
@@ -173,7 +174,7 @@ impl Gateway {
         }
         // Only without a token does a browser's ambient access matter.
         let same_origin = matches!(auth, GatewayAuth::Disabled).then(|| origin::SameOrigin::new(addr, &limits.allowed_hosts));
-        let state = Arc::new(api::ApiState::new(agent, OutboundRouter::new(), auth, crate::channels::webhook::Routes::new(), same_origin, limits.body_timeout));
+        let state = Arc::new(http::ApiState::new(agent, OutboundRouter::new(), auth, crate::channels::webhook::Routes::new(), same_origin, limits.body_timeout));
         Ok(Gateway { listener, addr, state, bus, channels, cron, dream, limits })
     }
 
@@ -284,7 +285,7 @@ impl Gateway {
 /// Accepts connections until `stop` fires; dropping the set then closes
 /// every connection still open. A connection over a cap is answered 503
 /// (best effort, without waiting) and closed at once (see [`limits`]).
-async fn serve(listener: TcpListener, state: Arc<api::ApiState>, limits: ServerLimits, stop: CancellationToken) {
+async fn serve(listener: TcpListener, state: Arc<http::ApiState>, limits: ServerLimits, stop: CancellationToken) {
     let slots = limits::ConnectionSlots::new(limits.max_connections, limits.max_connections_per_address);
     let mut http = hyper::server::conn::http1::Builder::new();
     // hyper starts this timer when a connection opens and again whenever a
@@ -319,7 +320,7 @@ async fn serve(listener: TcpListener, state: Arc<api::ApiState>, limits: ServerL
                 let (state, http) = (state.clone(), http.clone());
                 connections.spawn(async move {
                     let _slot = slot;
-                    let service = service_fn(move |request| api::handle(state.clone(), request));
+                    let service = service_fn(move |request| http::handle(state.clone(), request));
                     if let Err(e) = http.serve_connection(TokioIo::new(stream), service).await {
                         tracing::debug!(%peer, "gateway: connection ended: {e}");
                     }

@@ -59,7 +59,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::api::{self, ApiState, Body, InFlightGuard};
+use super::http::{self, ApiState, Body, InFlightGuard};
 use crate::agent::commands;
 use super::wire::ApiError;
 use crate::bus::{InboundMessage, OutboundKind, OutboundMessage};
@@ -194,7 +194,7 @@ pub async fn handle(state: Arc<ApiState>, request: Request<Incoming>) -> Result<
         (&Method::GET, "/chat/style.css") => return Ok(asset("text/css; charset=utf-8", STYLE_CSS)),
         _ => {}
     }
-    api::authorize(&state.auth, request.headers())?;
+    http::authorize(&state.auth, request.headers())?;
     let query = request.uri().query().unwrap_or_default().to_string();
     match (&method, path.as_str()) {
         (&Method::GET, "/chat/events") => Ok(events(&state, &session_param(&query)?)),
@@ -252,7 +252,7 @@ struct StopBody {
 }
 
 async fn json_body<T: serde::de::DeserializeOwned>(state: &ApiState, request: Request<Incoming>) -> Result<T, ApiError> {
-    let body = api::read_body(state, request).await?;
+    let body = http::read_body(state, request).await?;
     serde_json::from_slice(&body).map_err(|e| ApiError::new(400, "invalid_request_error", Some("invalid_json"), format!("the request body is not what the web chat sends: {e}")))
 }
 

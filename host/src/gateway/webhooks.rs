@@ -13,7 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 
-use super::api::{Body, error_response, read_body_within};
+use super::http::{Body, error_response, read_body_within};
 use super::wire::ApiError;
 use crate::channels::webhook::{Answer, MAX_WEBHOOK_BODY, Routes};
 use crate::plugins::channel::HttpMethod;

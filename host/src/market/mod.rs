@@ -14,7 +14,9 @@
 //!   update adds to them (an escalation);
 //! - [`lock`]: `chitin.lock`, what is installed and what was approved;
 //! - [`store`]: the content-addressed files `plugins/<name>/<sha256>.wasm`
-//!   and loading them at start-up against the lock.
+//!   and loading them at start-up against the lock;
+//! - [`install`]: the install pipeline, from a name to a locked component;
+//! - [`publish`]: the publisher's tools: keys, signing, building an index.
 
 pub mod audit;
 mod error;
@@ -22,6 +24,7 @@ pub mod fetch;
 pub mod index;
 pub mod install;
 pub mod lock;
+pub mod publish;
 pub mod sign;
 pub mod snapshot;
 pub mod store;
