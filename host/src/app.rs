@@ -81,9 +81,9 @@ pub struct App {
     pub tools: ToolRegistry,
 }
 
-/// An agent as [`App::agent`] wires it: the engine's core, and the
-/// features a host still drives itself (the gateway sets the reachable
-/// channels and cron on the services and runs Dream periodically).
+/// An agent as [`AgentBuilder::build`] wires it: the engine's core, and
+/// the handles to the features a host still drives itself (the gateway
+/// runs Dream periodically).
 pub struct WiredAgent {
     /// The engine's shared services, the features plugged in.
     pub core: AgentCore,
@@ -196,8 +196,58 @@ impl App {
     /// itself. What a turn shows while it runs goes to the sink its caller
     /// passes (`AgentLoop::process`).
     pub fn agent(&self, provider: Arc<dyn Provider>, bus: Arc<MessageBus>) -> WiredAgent {
-        let agent = &self.config.agent;
-        let archive = HistoryArchive::new(&self.workspace);
+        self.agent_builder(provider, bus).build()
+    }
+
+    /// A builder for the agent over `provider`, for a host that knows more
+    /// than [`App::agent`] assumes: which channels a `message` can reach,
+    /// and the scheduled jobs it fires. Everything is wired in
+    /// [`AgentBuilder::build`]; nothing is set on the agent afterwards.
+    pub fn agent_builder(&self, provider: Arc<dyn Provider>, bus: Arc<MessageBus>) -> AgentBuilder<'_> {
+        AgentBuilder { app: self, provider, bus, reachable: None, cron: None }
+    }
+
+    /// The bus of a long-lived host: durable, over `<data>/inbox` (see
+    /// [`crate::durable`]), so every message it accepts is answered once,
+    /// across crashes.
+    pub fn durable_bus(&self) -> Result<Arc<MessageBus>, AppError> {
+        let inbox = crate::durable::Inbox::open(&self.data.root().join("inbox"), crate::durable::FsyncPolicy::Batch)?;
+        Ok(Arc::new(MessageBus::durable(inbox)))
+    }
+}
+
+/// Wires an agent ([`App::agent_builder`]): what the host knows before the
+/// agent exists is given here, so the agent is complete when built.
+pub struct AgentBuilder<'a> {
+    app: &'a App,
+    provider: Arc<dyn Provider>,
+    bus: Arc<MessageBus>,
+    reachable: Option<Vec<String>>,
+    cron: Option<Arc<crate::features::cron::CronService>>,
+}
+
+impl AgentBuilder<'_> {
+    /// Only `channels` can be reached by the `message` tool (default: any).
+    pub fn reachable(mut self, channels: Vec<String>) -> Self {
+        self.reachable = Some(channels);
+        self
+    }
+
+    /// The `schedule` tool is served from `cron` (default: it explains
+    /// that scheduled jobs run in `chitin gateway`).
+    pub fn cron(mut self, cron: Arc<crate::features::cron::CronService>) -> Self {
+        self.cron = Some(cron);
+        self
+    }
+
+    /// The wired agent: the engine's shared services with the features
+    /// plugged in (the plugin services, subagents, `/goal` and Dream's
+    /// commands), and the handles to them.
+    pub fn build(self) -> WiredAgent {
+        let app = self.app;
+        let (provider, bus) = (self.provider, self.bus);
+        let agent = &app.config.agent;
+        let archive = HistoryArchive::new(&app.workspace);
         let consolidator = Consolidator::new(provider.clone(), agent.model.clone(), archive.clone(), ConsolidationSettings::from_config(agent));
         let idle_after = std::time::Duration::from_secs(agent.idle_compact_after_minutes.saturating_mul(60));
         let auto_compact = AutoCompact::new(provider.clone(), agent.model.clone(), archive, idle_after, Arc::new(SystemClock))
@@ -205,15 +255,22 @@ impl App {
         // The privileged interfaces (the `message` tool, ...) act on this
         // agent: its bus and its running turns.
         let active = Arc::new(crate::agent::active::ActiveTurns::default());
-        let services = Arc::new(AgentServices::new(bus.clone(), active.clone(), self.workspace.clone()));
-        self.runtime.set_services(services.clone());
         let runner = AgentRunner::new(provider);
         // One tracker owns what turns leave running: subagents,
         // consolidation, `/new` archives (closed and awaited by the loop).
         let tasks = tokio_util::task::TaskTracker::new();
-        let subagents = Arc::new(SubagentManager::new(agent.clone(), runner.clone(), &self.tools, self.workspace.clone(), bus.clone(), active.clone()).with_tasks(tasks.clone()));
-        services.set_subagents(subagents.clone());
-        let dream = Arc::new(Dream::new(agent.dream.clone(), self.workspace.clone(), self.data.root()));
+        let subagents = Arc::new(SubagentManager::new(agent.clone(), runner.clone(), &app.tools, app.workspace.clone(), bus.clone(), active.clone()).with_tasks(tasks.clone()));
+        let mut services = AgentServices::new(bus.clone(), active.clone(), app.workspace.clone()).with_subagents(subagents.clone());
+        if let Some(channels) = self.reachable {
+            services = services.with_reachable(channels);
+        }
+        if let Some(cron) = self.cron {
+            services = services.with_cron(cron);
+        }
+        let services = Arc::new(services);
+        // The privileged interfaces of every plugin act on this agent.
+        app.runtime.set_services(services.clone());
+        let dream = Arc::new(Dream::new(agent.dream.clone(), app.workspace.clone(), app.data.root()));
         // The features' commands, in `/help` order.
         let mut commands = CommandRegistry::default();
         let handlers: Vec<Arc<dyn CommandHandler>> = std::iter::once(Arc::new(GoalCommand) as Arc<dyn CommandHandler>).chain(dream_commands(&dream)).collect();
@@ -223,31 +280,23 @@ impl App {
         let core = AgentCore {
             consolidator,
             auto_compact,
-            settings: self.config.agent.clone(),
+            settings: app.config.agent.clone(),
             runner,
-            tools: self.tools.clone(),
-            sessions: Arc::new(JsonlStore::new(self.data.sessions_dir())),
-            context: ContextBuilder::new(self.workspace.clone()),
-            workspace: self.workspace.clone(),
+            tools: app.tools.clone(),
+            sessions: Arc::new(JsonlStore::new(app.data.sessions_dir())),
+            context: ContextBuilder::new(app.workspace.clone()),
+            workspace: app.workspace.clone(),
             bus,
             started_at: std::time::Instant::now(),
             active,
             subagents: Some(subagents.clone() as Arc<dyn crate::agent::hooks::Subagents>),
             commands,
-            media_root: self.data.root().join("media"),
-            last_chat: Arc::new(crate::agent::last_chat::LastChat::open(self.data.root())),
+            media_root: app.data.root().join("media"),
+            last_chat: Arc::new(crate::agent::last_chat::LastChat::open(app.data.root())),
             locks: crate::agent::locks::KeyedLocks::new(),
             tasks,
             archiving: Default::default(),
         };
         WiredAgent { core, services, subagents, dream }
-    }
-
-    /// The bus of a long-lived host: durable, over `<data>/inbox` (see
-    /// [`crate::durable`]), so every message it accepts is answered once,
-    /// across crashes.
-    pub fn durable_bus(&self) -> Result<Arc<MessageBus>, AppError> {
-        let inbox = crate::durable::Inbox::open(&self.data.root().join("inbox"), crate::durable::FsyncPolicy::Batch)?;
-        Ok(Arc::new(MessageBus::durable(inbox)))
     }
 }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chitin::agent::{AgentCore, AgentLoop, TurnOutcome, TurnSink};
-use chitin::app::{App, AppOptions};
+use chitin::app::{AgentBuilder, App, AppOptions};
 use chitin::bus::MessageBus;
 use chitin::config::DataDir;
 use chitin::provider::{Anthropic, AnthropicProvider, OpenAiOptions, OpenAiProvider, Provider, RetryPolicy};
@@ -94,6 +94,8 @@ pub struct TestAgent {
     pub dream: Arc<chitin::features::dream::Dream>,
     /// Owns the data dir.
     pub home: tempfile::TempDir,
+    /// The provider the agent was built over (for [`TestAgent::rewired`]).
+    provider: Arc<dyn Provider>,
 }
 
 impl TestAgent {
@@ -167,10 +169,21 @@ impl TestAgent {
         let bus = Arc::new(MessageBus::new());
         let recorder = Arc::new(Recorder::default());
         recorder.streaming.store(stream, std::sync::atomic::Ordering::Relaxed);
-        let wired = app.agent(provider, bus.clone());
+        let wired = app.agent(provider.clone(), bus.clone());
         let mut core = wired.core;
         customize(&mut core);
-        TestAgent { mock, agent: AgentLoop::new(Arc::new(core)), bus, recorder, app, services: wired.services, dream: wired.dream, home }
+        TestAgent { mock, agent: AgentLoop::new(Arc::new(core)), bus, recorder, app, services: wired.services, dream: wired.dream, home, provider }
+    }
+
+    /// The same agent built again over the same data dir, bus and model,
+    /// `wire` giving the builder what a host gives it (cron, the reachable
+    /// channels), as `chitin gateway` does before the agent exists.
+    pub fn rewired(mut self, wire: impl FnOnce(AgentBuilder<'_>) -> AgentBuilder<'_>) -> TestAgent {
+        let wired = wire(self.app.agent_builder(self.provider.clone(), self.bus.clone())).build();
+        self.agent = AgentLoop::new(Arc::new(wired.core));
+        self.services = wired.services;
+        self.dream = wired.dream;
+        self
     }
 
     /// Sends `text` to session `cli:test` and returns the reply text.

@@ -138,12 +138,13 @@ mod cron {
     use chitin::compact::ManualClock;
     use chitin::features::cron::CronService;
 
-    /// `t`'s agent with a cron service on a manual clock, as the gateway has.
-    fn with_cron(t: &TestAgent) -> (Arc<ManualClock>, Arc<CronService>) {
+    /// `t`'s agent built with a cron service on a manual clock, as the
+    /// gateway builds it.
+    fn with_cron(t: TestAgent) -> (TestAgent, Arc<ManualClock>, Arc<CronService>) {
         let clock = Arc::new(ManualClock::new("2026-05-04T08:00:00Z".parse().unwrap()));
         let cron = Arc::new(CronService::open(CronService::jobs_file(t.home.path()), clock.clone()).unwrap());
-        t.services.set_cron(cron.clone());
-        (clock, cron)
+        let t = t.rewired(|builder| builder.cron(cron.clone()));
+        (t, clock, cron)
     }
 
     async fn next_message(t: &TestAgent) -> OutboundMessage {
@@ -164,8 +165,8 @@ mod cron {
             calls(&[("cron", json!({"action": "list"}))]),
             MockReply::text("You have one job."),
         ]);
-        let t = Arc::new(TestAgent::new(mock));
-        let (clock, cron) = with_cron(&t);
+        let (t, clock, cron) = with_cron(TestAgent::new(mock));
+        let t = Arc::new(t);
         let running = t.start_loop();
         t.bus.publish_inbound(InboundMessage::new("chat", "u1", "5", "remind me to drink water every minute"));
         assert_eq!(next_message(&t).await.content, "I'll remind you every minute.");
@@ -199,8 +200,8 @@ mod cron {
             MockReply::text("Slow work done."),
             MockReply::text("Reminder handled."),
         ]);
-        let t = Arc::new(TestAgent::new(mock));
-        let (clock, cron) = with_cron(&t);
+        let (t, clock, cron) = with_cron(TestAgent::new(mock));
+        let t = Arc::new(t);
         let origin = chitin::features::cron::Origin { session_key: "chat:9".into(), channel: "chat".into(), chat_id: "9".into() };
         let spec = chitin::features::cron::JobSpec { name: "r".into(), message: "ping".into(), schedule: chitin::features::cron::Schedule::every(60).unwrap() };
         cron.add(spec, &origin).unwrap();
@@ -224,8 +225,7 @@ mod cron {
             calls(&[("cron", json!({"action": "add", "message": "x", "every_seconds": 60}))]),
             MockReply::text("No."),
         ]);
-        let t = TestAgent::with_plugin_grant(mock, "\n[plugins.agent]\nhost = [\"messaging\"]\n");
-        with_cron(&t);
+        let (t, _, _) = with_cron(TestAgent::with_plugin_grant(mock, "\n[plugins.agent]\nhost = [\"messaging\"]\n"));
         t.ask("schedule it").await;
         let result = tool_result(&t.mock, 1);
         assert!(result.contains("capability not granted: schedule"), "{result}");
@@ -243,8 +243,7 @@ mod cron {
             calls(&[("cron", json!({"action": "add", "message": "x", "at": "2020-01-01T00:00:00Z"}))]),
             MockReply::text("No."),
         ]);
-        let t = TestAgent::new(mock);
-        with_cron(&t);
+        let (t, _, _) = with_cron(TestAgent::new(mock));
         t.ask("schedule").await;
         assert!(tool_result(&t.mock, 1).contains("has 4 fields"), "{}", tool_result(&t.mock, 1));
         assert!(tool_result(&t.mock, 2).contains("in the past"), "{}", tool_result(&t.mock, 2));

@@ -145,9 +145,8 @@ pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow:
             }
         },
     };
-    let wired = app.agent(provider, bus);
     // Here the only chat is the terminal.
-    wired.services.set_reachable(vec![chitin::bus::SessionKey::new(args.session.as_str()).chat_hint().channel]);
+    let wired = app.agent_builder(provider, bus).reachable(vec![chitin::bus::SessionKey::new(args.session.as_str()).chat_hint().channel]).build();
     let agent = AgentLoop::new(Arc::new(wired.core));
     match args.message {
         Some(message) => one_shot(&agent, &progress, &message, &args.session).await,

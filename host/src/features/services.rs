@@ -14,7 +14,7 @@
 //! through the [`Workspace`] handle: inside, regular, capped).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::Arc;
 
 use crate::agent::active::ActiveTurns;
 use crate::bus::{MessageBus, OutboundMessage, SYSTEM_CHANNEL};
@@ -41,41 +41,44 @@ pub struct AgentServices {
     workspace: Workspace,
     /// The channels a message can reach in this process (`None`: any; the
     /// CLI has only `cli`, the gateway its front ends and channels).
-    reachable: RwLock<Option<Vec<String>>>,
-    /// `agents` (the `spawn` tool), once the agent has set it up.
-    subagents: OnceLock<Arc<SubagentManager>>,
+    reachable: Option<Vec<String>>,
+    /// `agents` (the `spawn` tool), where the agent has subagents.
+    subagents: Option<Arc<SubagentManager>>,
     /// The scheduled jobs, where a process fires them (the gateway).
-    cron: RwLock<Option<Arc<CronService>>>,
+    cron: Option<Arc<CronService>>,
 }
 
 impl AgentServices {
     pub fn new(bus: Arc<MessageBus>, active: Arc<ActiveTurns>, workspace: Workspace) -> Self {
-        AgentServices { bus, active, workspace, reachable: RwLock::new(None), subagents: OnceLock::new(), cron: RwLock::new(None) }
+        AgentServices { bus, active, workspace, reachable: None, subagents: None, cron: None }
     }
 
-    /// Serves `agents` with `manager` (the first one set stays).
-    pub fn set_subagents(&self, manager: Arc<SubagentManager>) {
-        let _ = self.subagents.set(manager);
+    /// Serves `agents` with `manager`.
+    pub fn with_subagents(mut self, manager: Arc<SubagentManager>) -> Self {
+        self.subagents = Some(manager);
+        self
     }
 
     /// The subagents, when `agents` is served.
     pub fn subagents(&self) -> Option<&Arc<SubagentManager>> {
-        self.subagents.get()
+        self.subagents.as_ref()
     }
 
     /// Only `channels` can be reached from here: a send to another is
     /// refused instead of being queued for nobody.
-    pub fn set_reachable(&self, channels: Vec<String>) {
-        *self.reachable.write().expect("reachable lock") = Some(channels);
+    pub fn with_reachable(mut self, channels: Vec<String>) -> Self {
+        self.reachable = Some(channels);
+        self
     }
 
     /// Serves `schedule` from `cron` (the gateway, which fires the jobs).
-    pub fn set_cron(&self, cron: Arc<CronService>) {
-        *self.cron.write().expect("cron lock") = Some(cron);
+    pub fn with_cron(mut self, cron: Arc<CronService>) -> Self {
+        self.cron = Some(cron);
+        self
     }
 
     fn cron(&self) -> Result<Arc<CronService>, String> {
-        self.cron.read().expect("cron lock").clone().ok_or_else(|| {
+        self.cron.clone().ok_or_else(|| {
             "scheduled jobs run in `chitin gateway`; they are not available here (a one-shot `chitin agent` has no chat to come back to)".to_string()
         })
     }
@@ -118,7 +121,7 @@ impl HostServices for AgentServices {
                 call.channel, call.chat_id
             ));
         }
-        if let Some(reachable) = &*self.reachable.read().expect("reachable lock")
+        if let Some(reachable) = &self.reachable
             && !reachable.contains(&channel)
         {
             return Err(format!(
@@ -149,14 +152,14 @@ impl HostServices for AgentServices {
     }
 
     fn spawn_subagent(&self, call: &CallContext, request: SpawnRequest) -> SpawnFuture {
-        match self.subagents.get() {
+        match &self.subagents {
             Some(manager) => manager.spawn(call, request),
             None => Box::pin(async { Err("agents: subagents are not set up in this process".to_string()) }),
         }
     }
 
     fn subagent_status(&self, call: &CallContext) -> Result<Vec<SubagentInfo>, String> {
-        let manager = self.subagents.get().ok_or("agents: subagents are not set up in this process")?;
+        let manager = self.subagents.as_ref().ok_or("agents: subagents are not set up in this process")?;
         Ok(manager.running_in(&call.session_key))
     }
 
@@ -271,7 +274,7 @@ mod tests {
         let e = services.send_message(&call(), &["*".into()], SendRequest { channel: Some("web".into()), ..send("x") }).unwrap_err();
         assert!(e.contains("no chat_id"), "{e}");
         assert!(services.send_message(&call(), &[], send("  ")).unwrap_err().contains("nothing to send"));
-        services.set_reachable(vec!["telegram".into()]);
+        let services = services.with_reachable(vec!["telegram".into()]);
         let e = services.send_message(&call(), &["*".into()], to("web", "1")).unwrap_err();
         assert!(e.contains("`web` is not running here") && e.contains("chitin gateway"), "{e}");
         assert!(services.send_message(&call(), &["*".into()], to("telegram", "9")).is_ok());

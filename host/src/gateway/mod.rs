@@ -144,17 +144,16 @@ impl Gateway {
         let channels = channels(app)?;
         let provider = app.provider()?;
         let bus = app.durable_bus()?;
-        let wired = app.agent(provider, bus.clone());
         // The `message` tool reaches the front ends and channels served here.
         let mut reachable: Vec<String> = vec![api::API_CHANNEL.into(), webchat::WEB_CHANNEL.into()];
         reachable.extend(channels.iter().map(|c| c.name().to_string()));
-        wired.services.set_reachable(reachable);
+        let mut builder = app.agent_builder(provider, bus.clone()).reachable(reachable);
         // Scheduled jobs: a jobs file that does not parse keeps cron off
         // (and untouched), not the whole gateway.
         let cron = match crate::features::cron::CronService::open(crate::features::cron::CronService::jobs_file(app.data.root()), Arc::new(crate::compact::SystemClock)) {
             Ok(cron) => {
                 let cron = Arc::new(cron);
-                wired.services.set_cron(cron.clone());
+                builder = builder.cron(cron.clone());
                 Some(cron)
             }
             Err(e) => {
@@ -162,6 +161,7 @@ impl Gateway {
                 None
             }
         };
+        let wired = builder.build();
         let dream = wired.dream;
         let agent = AgentLoop::new(Arc::new(wired.core));
         let listener = TcpListener::bind(config.listen).await.map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
