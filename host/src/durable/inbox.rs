@@ -41,7 +41,7 @@ pub const MAX_ATTEMPTS: u32 = 3;
 pub const DEDUP_TTL_HOURS: i64 = 24;
 
 /// Dedup keys kept at most (oldest forgotten first).
-pub const DEDUP_MAX: usize = 50_000;
+pub(super) const DEDUP_MAX: usize = 50_000;
 
 /// The log is compacted when it grew past this since the last compaction.
 pub const COMPACT_AFTER_BYTES: u64 = 8 << 20;
