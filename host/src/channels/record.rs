@@ -80,7 +80,9 @@ struct Entry {
 /// An event id taken, and when.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Seen {
+    /// The platform's event id.
     pub id: String,
+    /// When it was taken.
     pub at: DateTime<Utc>,
 }
 

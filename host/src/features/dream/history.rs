@@ -29,11 +29,16 @@ pub const MAX_PREVIOUS_BYTES: usize = 1 << 20;
 
 /// Why the history could not be written or read.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum HistoryError {
+    /// A file of the history could not be read or written.
     #[error("{op} {path}: {source}")]
     Io { op: &'static str, path: PathBuf, source: std::io::Error },
+    /// No run has this number.
     #[error("no Dream run {0} in the history (see /dream-log)")]
     NoSuchRun(u64),
+    /// The run's record cannot be parsed.
     #[error("Dream run {number} is unreadable: {reason}")]
     Corrupt { number: u64, reason: String },
 }
