@@ -41,6 +41,8 @@ pub struct AppOptions {
 
 /// Why the host could not be assembled.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum AppError {
     /// The config is unusable.
     #[error(transparent)]

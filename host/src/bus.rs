@@ -55,8 +55,11 @@ const RESERVED_KEYS: [&str; 6] = [crate::durable::INBOX_ID, EPHEMERAL_HISTORY, C
 /// A chat on a channel, and the thread or topic within it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ChatRef {
+    /// The channel's name.
     pub channel: String,
+    /// The chat's id on that channel.
     pub chat_id: String,
+    /// The thread or topic within the chat, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread: Option<String>,
 }
@@ -100,6 +103,7 @@ impl SessionKey {
         SessionKey(format!("{channel}#ephemeral:{request_id}"))
     }
 
+    /// The key as a string.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -180,18 +184,30 @@ impl PartialEq<&str> for SessionKey {
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Origin {
     /// A person on a chat, as the platform names them.
-    User { sender: String },
+    User {
+        /// The sender as the platform names them.
+        sender: String,
+    },
     /// A scheduled job.
-    Cron { job: String },
+    Cron {
+        /// The job's id.
+        job: String,
+    },
     /// A background subagent's result, answered in the chat it was spawned
     /// from.
-    Subagent { task_id: String, reply_to: ChatRef },
+    Subagent {
+        /// The subagent's task id.
+        task_id: String,
+        /// The chat it was spawned from.
+        reply_to: ChatRef,
+    },
     /// An active goal resumed after a restart.
     GoalResume,
     /// An internal run (Dream, the heartbeat).
     Internal,
     /// An HTTP API request (the client's `user` field, if any).
     Api {
+        /// The client's `user` field.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         user: Option<String>,
     },
@@ -485,7 +501,9 @@ impl std::fmt::Display for StopReason {
 /// A turn's token usage, when the provider reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenUsage {
+    /// Tokens of the request.
     pub prompt_tokens: u64,
+    /// Tokens of the answer.
     pub completion_tokens: u64,
 }
 
@@ -547,6 +565,7 @@ pub struct ToolProgress {
     pub tool: String,
     /// The model's call id (clipped).
     pub call_id: String,
+    /// Where the call stands.
     pub phase: ToolPhase,
     /// At [`ToolPhase::Finished`]: whether the call produced a result.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -16,6 +16,8 @@ pub use crate::env::expand_env;
 
 /// Why the configuration could not be used.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum ConfigError {
     /// The file exists but cannot be read.
     #[error("cannot read config {path}: {source}")]
@@ -269,9 +271,13 @@ impl Default for GatewayConfig {
 /// The gateway server's limits, checked ([`GatewayConfig::server_limits`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerLimits {
+    /// How long a client may take to send the request headers.
     pub header_timeout: std::time::Duration,
+    /// How long a client may take to send the request body.
     pub body_timeout: std::time::Duration,
+    /// Open connections at most.
     pub max_connections: usize,
+    /// Open connections at most from one client address.
     pub max_connections_per_address: usize,
     /// Lowercased `allowed_hosts`.
     pub allowed_hosts: Vec<String>,

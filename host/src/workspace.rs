@@ -28,6 +28,8 @@ use cap_std::fs::{Dir, File, Metadata, OpenOptions, OpenOptionsExt};
 
 /// Why a workspace access failed.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum WorkspaceError {
     /// The path is absolute or climbs out with `..`.
     #[error("`{path}` is not a path inside the workspace")]
@@ -72,8 +74,11 @@ impl Eq for Workspace {}
 /// What a directory entry is, seen without following symlinks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
+    /// A regular file.
     File,
+    /// A directory.
     Dir,
+    /// A symbolic link (not followed).
     Symlink,
     /// A FIFO, socket or device.
     Other,

@@ -55,6 +55,7 @@ pub struct InternalRun {
     pub session_key: String,
     /// The chat it acts in (what a plugin call sees as the current chat).
     pub channel: String,
+    /// The chat id on that channel.
     pub chat_id: String,
     /// Its tools and iteration limit.
     pub scope: RunScope,
@@ -68,6 +69,7 @@ pub struct InternalRun {
 pub struct InternalReply {
     /// The final answer (empty when a `message` tool answered instead).
     pub text: String,
+    /// Why the run ended.
     pub stop: StopReason,
 }
 

@@ -86,7 +86,12 @@ pub enum Parsed {
     /// A command a feature registered, by name.
     Registered(&'static str),
     /// `/something` we do not know, with the closest known name.
-    Unknown { name: String, suggestion: Option<&'static str> },
+    Unknown {
+        /// The name as typed, without the `/`.
+        name: String,
+        /// The closest known command, if one is close enough.
+        suggestion: Option<&'static str>,
+    },
 }
 
 /// Parses `/cmd`, `/cmd args` and `/cmd@botname` among the engine's

@@ -60,13 +60,19 @@ pub const MAX_UI_SUMMARY: usize = 120;
 /// A session's goal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Goal {
+    /// What the agent works towards.
     pub objective: String,
+    /// A short label for status displays (at most [`MAX_UI_SUMMARY`] characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ui_summary: Option<String>,
+    /// Where the goal stands.
     pub status: GoalStatus,
+    /// What was done, given when the goal is completed, cancelled or blocked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recap: Option<String>,
+    /// When the goal was set.
     pub created_at: DateTime<Utc>,
+    /// When the goal last changed.
     pub updated_at: DateTime<Utc>,
 }
 
@@ -77,6 +83,7 @@ impl Goal {
         Goal { objective, ui_summary, status: GoalStatus::Active, recap: None, created_at: now, updated_at: now }
     }
 
+    /// Whether the goal is still [`GoalStatus::Active`].
     pub fn is_active(&self) -> bool {
         self.status == GoalStatus::Active
     }

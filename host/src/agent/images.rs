@@ -27,6 +27,8 @@ use crate::session::{ImagePart, Message};
 
 /// Why an image attachment is not shown.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum ImageError {
     /// Not a file the host downloaded.
     #[error("it is not in the media directory")]

@@ -23,7 +23,9 @@ use crate::session::Message;
 /// Whether the turn should keep waiting for messages (subagents of its
 /// session still run), and for how long at most.
 pub struct KeepAlive {
+    /// Keep waiting while this returns true.
     pub while_: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// The longest the turn waits.
     pub bound: Duration,
 }
 

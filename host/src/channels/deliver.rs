@@ -42,6 +42,7 @@ pub struct RateLimit {
 const RATE_SWEEP_MIN: usize = 64;
 
 impl RateLimit {
+    /// A limit of `per_min` messages a minute per chat (at least 1).
     pub fn new(per_min: u32) -> Self {
         RateLimit { per_min: per_min.max(1) as usize, sent: HashMap::new(), sweep_at: RATE_SWEEP_MIN }
     }

@@ -70,6 +70,8 @@ pub struct ChannelContext {
 
 /// Why a channel could not be set up or had to stop.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum ChannelSetupError {
     /// A key of `[channels.<name>]` is wrong.
     #[error("config key `{key}`: {message}")]
@@ -94,8 +96,11 @@ pub enum ChannelSetupError {
 /// Where a channel stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelStatus {
+    /// The channel's task runs.
     Running,
+    /// The task ended, for this reason.
     Stopped(String),
+    /// Waiting before a retry, after this many failures in a row.
     BackingOff(u32),
 }
 

@@ -442,6 +442,7 @@ pub struct Intake {
 }
 
 impl Intake {
+    /// An intake of at most `per_min` messages a minute (at least 1).
     pub fn new(per_min: u32) -> Intake {
         Intake { per_min: per_min.max(1), started: None, taken: 0, dropped: 0 }
     }

@@ -54,7 +54,12 @@ pub enum Lane {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Finish {
     /// Call `stream-update(done = true)` with `handle`, not before `at`.
-    Update { handle: Option<String>, at: Option<Instant> },
+    Update {
+        /// The stream's handle, as the plugin returned it.
+        handle: Option<String>,
+        /// No call before this instant.
+        at: Option<Instant>,
+    },
     /// No stream was shown (or it failed): deliver the reply plainly.
     Deliver,
 }

@@ -57,6 +57,8 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Why a request did not produce a response.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum TransportError {
     /// The grant does not admit the URL.
     #[error("request to {url} denied by the plugin's network grant")]
@@ -410,16 +412,22 @@ static PARTIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 
 /// Why a download did not produce a file.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum DownloadError {
+    /// The request itself failed (refused, denied, timed out).
     #[error(transparent)]
     Transport(TransportError),
+    /// A non-success status.
     #[error("the server answered {0}")]
     Status(u16),
     /// A 3xx: not followed.
     #[error("the server answered a redirect ({status}) to {to}; media downloads do not follow redirects")]
     Redirect { status: u16, to: String },
+    /// The body is over the size cap.
     #[error("larger than {} MB", cap / (1024 * 1024))]
     TooLarge { cap: u64 },
+    /// Writing the downloaded file failed.
     #[error("{what} ({path}): {source}")]
     Io { what: &'static str, path: std::path::PathBuf, source: std::io::Error },
 }

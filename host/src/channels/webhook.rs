@@ -64,13 +64,19 @@ pub fn mount_path(name: &str, route: &str) -> String {
 
 /// Why a request was refused by its recipe.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum VerifyError {
+    /// A required header is absent.
     #[error("header `{0}` missing")]
     Missing(String),
+    /// A header does not carry the expected value or signature.
     #[error("header `{0}` does not match")]
     Mismatch(String),
+    /// A header cannot be parsed.
     #[error("header `{0}` is malformed")]
     Malformed(String),
+    /// The signed timestamp is outside the accepted window (a replay).
     #[error("timestamp outside the {0} s window")]
     Stale(u32),
 }
@@ -244,7 +250,9 @@ impl Replays {
 
 /// A verified request for a channel's task, and where its answer goes.
 pub struct WebhookCall {
+    /// The verified request.
     pub request: WebhookRequest,
+    /// Where the channel's answer to the sender goes.
     pub reply: oneshot::Sender<WebhookResponse>,
 }
 

@@ -31,7 +31,7 @@ use chitin::session::ToolCall;
 use super::for_terminal;
 
 #[derive(Debug, Args)]
-pub struct AgentArgs {
+pub(super) struct AgentArgs {
     /// Send this message and print the reply (otherwise: interactive chat).
     /// Control characters in the reply, tool hints and errors are shown as
     /// escapes (`\x1b`), on a terminal or not.
@@ -126,7 +126,7 @@ impl TurnSink for Progress {
     }
 }
 
-pub async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow::Result<std::process::ExitCode> {
+pub(super) async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow::Result<std::process::ExitCode> {
     let app = super::open_app(data, options)?;
     let provider = app.provider()?;
     let progress = Progress::new(args.progress);

@@ -20,12 +20,12 @@ use chitin::gateway::{DRAIN_GRACE, Gateway, GatewayError};
 use super::for_terminal;
 
 #[derive(Debug, Args)]
-pub struct GatewayArgs {}
+pub(super) struct GatewayArgs {}
 
 /// Exit code of a configuration that would leave the API without a token.
 const EXIT_CONFIG: u8 = 2;
 
-pub async fn run(_args: GatewayArgs, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(_args: GatewayArgs, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     let app = super::open_app(data, options)?;
     let gateway = match Gateway::bind(&app).await {
         Ok(gateway) => gateway,

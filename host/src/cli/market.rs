@@ -34,7 +34,7 @@ use chitin::plugins::{PluginRuntime, RuntimeConfig};
 
 /// `chitin plugin index ...`: for index operators.
 #[derive(Debug, Subcommand)]
-pub enum IndexCommand {
+pub(super) enum IndexCommand {
     /// Add a signed component (see `chitin plugin sign`) to the index in
     /// DIR: copies it to DIR/artifacts/ and records its digest, size, world,
     /// capabilities and signature. Run `chitin plugin index sign` after.
@@ -210,7 +210,7 @@ fn pin_publisher(config_file: &Path, name: &str, key: &str) -> anyhow::Result<()
 }
 
 /// `chitin plugin install NAME[@REQ] | URL`.
-pub async fn install(target: &str, index_name: Option<&str>, yes: bool, trust: bool, frozen: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
+pub(super) async fn install(target: &str, index_name: Option<&str>, yes: bool, trust: bool, frozen: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
     let ctx = open(data, options)?;
     let mut lock = Lock::load(&ctx.lock_path)?;
     let mut prompt = Prompt { yes, config_file: &ctx.config_file };
@@ -222,7 +222,7 @@ pub async fn install(target: &str, index_name: Option<&str>, yes: bool, trust: b
 }
 
 /// `chitin plugin search QUERY`.
-pub async fn search(query: &str, index_name: Option<&str>, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
+pub(super) async fn search(query: &str, index_name: Option<&str>, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
     let ctx = open(data, options)?;
     let needle = query.to_lowercase();
     let mut hits = 0;
@@ -252,7 +252,7 @@ pub async fn search(query: &str, index_name: Option<&str>, data: &DataDir, optio
 }
 
 /// `chitin plugin update [NAME...]`.
-pub async fn update(names: &[String], yes: bool, frozen: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
+pub(super) async fn update(names: &[String], yes: bool, frozen: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
     let ctx = open(data, options)?;
     let mut lock = Lock::load(&ctx.lock_path)?;
     let names: Vec<String> = if names.is_empty() { lock.plugins.keys().cloned().collect() } else { names.to_vec() };
@@ -329,7 +329,7 @@ pub async fn update(names: &[String], yes: bool, frozen: bool, data: &DataDir, o
 }
 
 /// `chitin plugin approve NAME`: applies a staged update.
-pub fn approve_staged(name: &str, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
+pub(super) fn approve_staged(name: &str, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
     check_name(name).map_err(anyhow::Error::msg)?;
     let ctx = open(data, options)?;
     let mut lock = Lock::load(&ctx.lock_path)?;
@@ -352,7 +352,7 @@ pub fn approve_staged(name: &str, data: &DataDir, options: &AppOptions) -> anyho
 }
 
 /// `chitin plugin remove NAME [--purge]`.
-pub fn remove(name: &str, purge: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
+pub(super) fn remove(name: &str, purge: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
     check_name(name).map_err(anyhow::Error::msg)?;
     let ctx = open(data, options)?;
     let mut lock = Lock::load(&ctx.lock_path)?;
@@ -389,7 +389,7 @@ pub fn remove(name: &str, purge: bool, data: &DataDir, options: &AppOptions) -> 
 }
 
 /// `chitin plugin verify [--frozen]`: every installed file against the lock.
-pub fn verify(frozen: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
+pub(super) fn verify(frozen: bool, data: &DataDir, options: &AppOptions) -> anyhow::Result<ExitCode> {
     let ctx = open(data, options)?;
     let lock = Lock::load(&ctx.lock_path)?;
     let dir = ctx.plugins_dir.clone();
@@ -448,7 +448,7 @@ fn password() -> String {
 }
 
 /// `chitin plugin keygen PREFIX`: PREFIX.key and PREFIX.pub.
-pub fn keygen(prefix: &Path) -> anyhow::Result<ExitCode> {
+pub(super) fn keygen(prefix: &Path) -> anyhow::Result<ExitCode> {
     let password = password();
     let key = publish::keygen(prefix, &password)?;
     outln!("secret key: {}{}", key.secret_path.display(), if password.is_empty() { format!(" (not protected: set {} to protect it)", sign::PASSWORD_VAR) } else { String::new() })?;
@@ -459,14 +459,14 @@ pub fn keygen(prefix: &Path) -> anyhow::Result<ExitCode> {
 
 /// `chitin plugin sign FILE.wasm --key KEY`: FILE.wasm.minisig, whose
 /// signed comment binds the manifest's name and version and the digest.
-pub fn sign_file(file: &Path, key: &Path, output: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub(super) fn sign_file(file: &Path, key: &Path, output: Option<&Path>) -> anyhow::Result<ExitCode> {
     let signed = publish::sign_file(file, key, output, &password())?;
     outln!("signed {} {} (sha256 {}) with key {}: {}", signed.name, signed.version, signed.sha256, signed.key_id, signed.signature_path.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// `chitin plugin index ...`.
-pub fn index_command(cmd: IndexCommand) -> anyhow::Result<ExitCode> {
+pub(super) fn index_command(cmd: IndexCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         IndexCommand::Add { dir, file, publisher, publisher_key, description } => {
             let added = publish::index_add(&dir, &file, &publisher, &publisher_key, &description)?;

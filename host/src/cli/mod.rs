@@ -76,7 +76,7 @@ enum Command {
 }
 
 /// Parses the command line and runs it; errors are printed to stderr.
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

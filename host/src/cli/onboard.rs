@@ -12,14 +12,14 @@ use chitin::workspace::Workspace;
 /// host without a config behaves the same. A file of its own so that the
 /// book includes it whole (docs/src/configuration/configuration.md) and
 /// tests/docs.rs parses the same bytes the binary writes.
-pub const CONFIG_TEMPLATE: &str = include_str!("config.toml");
+pub(super) const CONFIG_TEMPLATE: &str = include_str!("config.toml");
 
 const AGENTS_MD: &str = "# Agent instructions\n\nYou are a careful assistant. Prefer reading files before changing them, and say what you changed.\n";
 const SOUL_MD: &str = "# Soul\n\nBe concise, friendly and honest. Say so when you are unsure.\n";
 const USER_MD: &str = "# User\n\n(Write here what the agent should know about you: name, timezone, preferences.)\n";
 const MEMORY_MD: &str = "# Memory\n\n(Long-term facts the agent should remember.)\n";
 
-pub fn run(data: &DataDir, force: bool) -> anyhow::Result<ExitCode> {
+pub(super) fn run(data: &DataDir, force: bool) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(data.root()).with_context(|| format!("cannot create {}", data.root().display()))?;
     let config = data.config_file();
     if config.exists() && !force {

@@ -18,7 +18,7 @@ use chitin::plugins::manifest;
 use chitin::plugins::{GrantConfig, LoadedPlugin, PluginRuntime, PluginSource, RuntimeConfig};
 
 #[derive(Debug, Subcommand)]
-pub enum PluginCommand {
+pub(super) enum PluginCommand {
     /// Show a plugin's manifest and what it is granted.
     Inspect {
         /// A `.wasm` file, or the name of a loaded plugin.
@@ -152,7 +152,7 @@ pub enum PluginCommand {
     },
 }
 
-pub async fn run(cmd: PluginCommand, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(cmd: PluginCommand, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     match cmd {
         PluginCommand::Inspect { plugin, json } => inspect(&plugin, json, data, options),
         PluginCommand::List { json } => list(json, data, options),

@@ -23,11 +23,11 @@ use super::shown;
 use chitin::plugins::manifest::{self, Manifest};
 
 /// The WIT package a tool plugin is built against (`chitin:plugin@0.1.0`).
-pub const WIT: &str = include_str!("../../../wit/chitin.wit");
+pub(super) const WIT: &str = include_str!("../../../wit/chitin.wit");
 /// The Python SDK, one module.
-pub const PYTHON_SDK: &str = include_str!("../../../sdk/python/chitin_sdk.py");
+pub(super) const PYTHON_SDK: &str = include_str!("../../../sdk/python/chitin_sdk.py");
 /// The JavaScript SDK, one module.
-pub const JS_SDK: &str = include_str!("../../../sdk/js/chitin-sdk.js");
+pub(super) const JS_SDK: &str = include_str!("../../../sdk/js/chitin-sdk.js");
 
 /// The componentize-py release this host's SDK is tested with.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
@@ -36,7 +36,7 @@ const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
 
 /// The language of a plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Lang {
+pub(super) enum Lang {
     Rust,
     Python,
     Js,
@@ -66,7 +66,7 @@ fn template(lang: Lang) -> Vec<(&'static str, &'static str)> {
 }
 
 /// `chitin plugin new NAME --lang L [--dir DIR]`.
-pub fn new(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub(super) fn new(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<ExitCode> {
     check_plugin_name(name)?;
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(name));
     if dir.exists() && std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?.next().is_some() {
@@ -90,7 +90,7 @@ pub fn new(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<ExitCod
 }
 
 /// `chitin plugin wit [DIR]`: the WIT package, for any component toolchain.
-pub fn wit(dir: &Path) -> anyhow::Result<ExitCode> {
+pub(super) fn wit(dir: &Path) -> anyhow::Result<ExitCode> {
     let path = dir.join("chitin.wit");
     write_file(&path, WIT)?;
     outln!("wrote {} (package chitin:plugin@0.1.0, world tool-plugin)", path.display())?;
@@ -98,7 +98,7 @@ pub fn wit(dir: &Path) -> anyhow::Result<ExitCode> {
 }
 
 /// `chitin plugin build [DIR]`.
-pub fn build(dir: &Path) -> anyhow::Result<ExitCode> {
+pub(super) fn build(dir: &Path) -> anyhow::Result<ExitCode> {
     let lang = detect(dir)?;
     let dist = dir.join("dist");
     let (manifest, component) = match lang {

@@ -8,7 +8,7 @@ use chitin::config::DataDir;
 
 use super::{for_terminal, shown};
 
-pub fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
+pub(super) fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     let config_file = options.config_file.clone().unwrap_or_else(|| data.config_file());
     let app = super::open_app_quietly(data, options)?;
     let exists = if config_file.exists() { "" } else { " (not found: using defaults; run `chitin onboard`)" };

@@ -21,7 +21,7 @@ const PROGRESS_SHOWN: usize = 1024;
 const ERROR_SHOWN: usize = 64 * 1024;
 
 #[derive(Debug, Subcommand)]
-pub enum ToolCommand {
+pub(super) enum ToolCommand {
     /// Call one tool and print its result.
     ///
     /// The result goes to stdout: as exact bytes when stdout is a pipe or a
@@ -47,7 +47,7 @@ pub enum ToolCommand {
     List,
 }
 
-pub async fn run(cmd: ToolCommand, data: DataDir, mut options: AppOptions) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(cmd: ToolCommand, data: DataDir, mut options: AppOptions) -> anyhow::Result<ExitCode> {
     match cmd {
         ToolCommand::Call { tool, args, workspace, plugins } => {
             // Arguments first: a typo in them should not wait for the plugins.

@@ -41,7 +41,7 @@ pub const MAX_ATTEMPTS: u32 = 3;
 pub const DEDUP_TTL_HOURS: i64 = 24;
 
 /// Dedup keys kept at most (oldest forgotten first).
-pub const DEDUP_MAX: usize = 50_000;
+pub(super) const DEDUP_MAX: usize = 50_000;
 
 /// The log is compacted when it grew past this since the last compaction.
 pub const COMPACT_AFTER_BYTES: u64 = 8 << 20;
@@ -92,17 +92,23 @@ pub enum RowState {
 /// One accepted message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
+    /// The row's number in the log.
     pub id: u64,
+    /// Where the message stands.
     pub state: RowState,
     /// Turns started on it.
     pub attempts: u32,
+    /// When it was accepted.
     pub at: DateTime<Utc>,
+    /// The key that recognises a re-sent copy, if the message has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup: Option<String>,
+    /// The message itself.
     pub msg: InboundMessage,
     /// The outbox: its reply, once done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<OutboundMessage>,
+    /// Whether the reply was delivered.
     #[serde(default)]
     pub delivered: bool,
     /// The platform message its reply streams into, once one was sent.
@@ -122,7 +128,10 @@ pub enum Accepted {
 
 /// The inbox log could not be read or written.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum InboxError {
+    /// Reading or writing the log file failed.
     #[error("inbox log {path}: {what}: {source}")]
     Io { what: &'static str, path: PathBuf, source: std::io::Error },
     /// Another process (a gateway, an interactive `chitin agent`) has this

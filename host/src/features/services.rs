@@ -49,6 +49,8 @@ pub struct AgentServices {
 }
 
 impl AgentServices {
+    /// The services over `bus`, the running turns and the workspace; the
+    /// reachable channels, subagents and cron service are set later.
     pub fn new(bus: Arc<MessageBus>, active: Arc<ActiveTurns>, workspace: Workspace) -> Self {
         AgentServices { bus, active, workspace, reachable: None, subagents: None, cron: None }
     }

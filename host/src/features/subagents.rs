@@ -65,8 +65,11 @@ const NOT_FOR_SUBAGENTS: [&str; 3] = ["spawn", "subagents", "message"];
 /// The conversation a subagent reports to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
+    /// The conversation's session key.
     pub session_key: String,
+    /// The channel of its chat.
     pub channel: String,
+    /// The chat's id on that channel.
     pub chat_id: String,
 }
 

@@ -77,6 +77,8 @@ pub const CRON_TICK: Duration = Duration::from_secs(1);
 
 /// Why the gateway could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum GatewayError {
     /// `[gateway]` is unusable (no token, an open non-loopback address).
     #[error(transparent)]

@@ -7,6 +7,8 @@ use crate::plugins::PluginError;
 /// A marketplace refusal. Each variant is one refusal of MARKETPLACE.md, so
 /// the user reads what went wrong and what to do, never a generic failure.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum MarketError {
     /// The index or artifact could not be fetched.
     #[error("cannot fetch {url}: {message}")]

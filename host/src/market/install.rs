@@ -88,23 +88,35 @@ impl Installer {
 
 /// A verified, audited, compiled component not yet installed.
 pub struct Candidate {
+    /// The plugin's name.
     pub name: String,
+    /// Its manifest version.
     pub version: String,
+    /// The component's bytes, as verified.
     pub bytes: Arc<[u8]>,
+    /// Hex SHA-256 of the component.
     pub sha256: String,
+    /// The artifact URL it was fetched from.
     pub url: String,
+    /// `index:<name>` or the URL it came from.
     pub source: String,
+    /// The publisher (a key of `[publishers]`).
     pub publisher: String,
+    /// The id of the key that signed it.
     pub key_id: String,
     /// The publisher key to pin when it came from the index
     /// (`--trust-publisher`).
     pub trust: Option<String>,
+    /// What it may touch, for the user to approve.
     pub snapshot: Snapshot,
+    /// Remarks of the import audit, shown with the approval question.
     pub notes: Vec<String>,
+    /// The compiled and linked plugin.
     pub plugin: LoadedPlugin,
 }
 
 impl Candidate {
+    /// Its lock-file entry.
     pub fn locked(&self) -> Locked {
         Locked {
             version: self.version.clone(),
@@ -139,9 +151,21 @@ pub trait Approve {
 /// What an install did.
 pub enum Installed {
     /// The locked version was already installed and intact.
-    Already { name: String, version: String },
+    Already {
+        /// The plugin's name.
+        name: String,
+        /// The installed version.
+        version: String,
+    },
     /// `name` `version` was written to `path`.
-    New { name: String, version: String, path: PathBuf },
+    New {
+        /// The plugin's name.
+        name: String,
+        /// The version written.
+        version: String,
+        /// Where the component was written.
+        path: PathBuf,
+    },
 }
 
 /// The publisher keys `publisher` is pinned with, or (with

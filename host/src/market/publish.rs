@@ -24,6 +24,8 @@ use crate::plugins::Manifest;
 /// Why a publisher tool failed. The messages read as the context chain of
 /// the failure (`cannot read FILE: <the I/O error>`).
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum PublishError {
     /// `keygen` found a key file in its way.
     #[error("{} exists; keygen never overwrites a key", .0.display())]
@@ -111,6 +113,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), PublishError> {
 pub struct SignedFile {
     /// The manifest's name and version, bound by the signed comment.
     pub name: String,
+    /// The manifest's version.
     pub version: String,
     /// The component's SHA-256, bound too.
     pub sha256: String,
@@ -166,7 +169,9 @@ pub fn save_index_doc(dir: &Path, index: &Index) -> Result<Vec<u8>, PublishError
 /// A component `index_add` listed.
 #[derive(Debug, Clone)]
 pub struct Added {
+    /// The plugin's name.
     pub name: String,
+    /// Its version.
     pub version: String,
     /// Its path under the index directory (`artifacts/NAME-VERSION.wasm`).
     pub artifact: String,

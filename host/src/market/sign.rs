@@ -61,9 +61,17 @@ pub struct Verified {
 #[derive(Debug, Clone)]
 pub enum VerifyError {
     /// No pinned key has the id of the key that signed.
-    NoSuchKey { signed_by: String },
+    NoSuchKey {
+        /// The id of the key that signed.
+        signed_by: String,
+    },
     /// The key matched but the signature does not verify, or is malformed.
-    Invalid { key_id: String, message: String },
+    Invalid {
+        /// The id of the key tried.
+        key_id: String,
+        /// Why it did not verify.
+        message: String,
+    },
 }
 
 impl std::fmt::Display for VerifyError {

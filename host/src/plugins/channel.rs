@@ -49,15 +49,26 @@ pub const MIN_REPEAT_MS: u32 = 100;
 #[derive(Debug, Clone, Copy)]
 pub enum Callback<'a> {
     /// `start(config, state)`: `config` is the channel's config as JSON.
-    Start { config: &'a str },
+    Start {
+        /// The channel's config as JSON.
+        config: &'a str,
+    },
     /// `poll-response(response, state)`.
     PollResponse(&'a HttpResponse),
     /// `on-webhook(request, state)`, already verified.
     Webhook(&'a WebhookRequest),
     /// `on-socket(name, event, state)`.
-    Socket { name: &'a str, event: &'a SocketEvent },
+    Socket {
+        /// The socket's name.
+        name: &'a str,
+        /// What happened on it.
+        event: &'a SocketEvent,
+    },
     /// `on-timer(name, state)`.
-    Timer { name: &'a str },
+    Timer {
+        /// The timer's name.
+        name: &'a str,
+    },
 }
 
 impl Callback<'_> {

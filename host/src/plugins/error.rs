@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 /// Everything that can go wrong loading or calling a plugin.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum PluginError {
     /// The engine could not be configured (a host problem, not a plugin's).
     #[error("cannot start the plugin engine: {0}")]

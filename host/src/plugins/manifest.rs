@@ -465,6 +465,8 @@ pub fn pack(component: &[u8], manifest: &Manifest) -> Result<Vec<u8>, ManifestEr
 
 /// Why a `plugin.toml` could not become a [`Manifest`]; each names the file.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum FromTomlError {
     /// The file could not be read.
     #[error("cannot read {}", path.display())]

@@ -38,6 +38,8 @@ use super::redact::Redactor;
 
 /// Why a secret could not be set up.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum SecretError {
     /// The declaration's audience is not a host or `host:port`.
     #[error("secret `{name}`: audience `{audience}` is not a host: {reason}")]

@@ -87,6 +87,7 @@ pub const NO_SERVICES: &str = "not available here: this call does not run inside
 /// A message a plugin asks to send (`messaging.send`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendRequest {
+    /// The message's text.
     pub text: String,
     /// `None`: the current conversation's channel.
     pub channel: Option<String>,
@@ -99,8 +100,11 @@ pub struct SendRequest {
 /// Where a message went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
+    /// The channel it went to.
     pub channel: String,
+    /// The chat's id on that channel.
     pub chat_id: String,
+    /// Whether that is the current conversation's chat.
     pub current_chat: bool,
     /// The checked files, as the host will read them.
     pub attachments: Vec<PathBuf>,
@@ -109,24 +113,43 @@ pub struct Delivery {
 /// When a scheduled job fires, as the plugin asked (unchecked).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum When {
+    /// Every this many seconds.
     EverySeconds(u32),
-    Cron { expr: String, tz: Option<String> },
-    At { time: String, tz: Option<String> },
+    /// A cron expression.
+    Cron {
+        /// The expression.
+        expr: String,
+        /// The IANA time zone it is read in, if given.
+        tz: Option<String>,
+    },
+    /// Once, at a time.
+    At {
+        /// The time, as the plugin wrote it.
+        time: String,
+        /// The IANA time zone it is read in, if given.
+        tz: Option<String>,
+    },
 }
 
 /// A job a plugin asks to add (`schedule.add`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRequest {
+    /// The job's name.
     pub name: String,
+    /// What the agent is told when it fires.
     pub message: String,
+    /// When it fires.
     pub when: When,
 }
 
 /// A scheduled job as a plugin sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobView {
+    /// The job's id.
     pub id: String,
+    /// The job's name.
     pub name: String,
+    /// What the agent is told when it fires.
     pub message: String,
     /// In words.
     pub schedule: String,
@@ -138,9 +161,13 @@ pub struct JobView {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GoalStatus {
+    /// Being worked on.
     Active,
+    /// Done.
     Complete,
+    /// Cancelled (`goals.update` with `cancel`).
     Cancelled,
+    /// Blocked: by the agent (`block`) or a goal budget that ran out.
     Blocked,
 }
 
@@ -159,28 +186,39 @@ impl GoalStatus {
 /// What `goals.update` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GoalAction {
+    /// Mark the goal complete.
     Complete,
+    /// Cancel the goal.
     Cancel,
+    /// Mark the goal blocked.
     Block,
+    /// Replace the goal with a new objective.
     Replace,
 }
 
 /// A `goals.update` request, unchecked (the plugin's, so the model's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GoalUpdate {
+    /// What to do.
     pub action: GoalAction,
+    /// What was done.
     pub recap: Option<String>,
     /// Required for [`GoalAction::Replace`].
     pub objective: Option<String>,
+    /// A new short label for status displays, if given.
     pub ui_summary: Option<String>,
 }
 
 /// A session's goal as a plugin sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GoalView {
+    /// What the agent works towards.
     pub objective: String,
+    /// A short label for status displays.
     pub ui_summary: Option<String>,
+    /// Where the goal stands.
     pub status: GoalStatus,
+    /// What was done, once the goal ended.
     pub recap: Option<String>,
     /// RFC 3339.
     pub created_at: String,
@@ -202,18 +240,26 @@ pub struct SpawnRequest {
 /// Where a subagent is (`agents.subagent-state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubagentState {
+    /// Still running.
     Running,
+    /// Finished with an answer.
     Completed,
+    /// Ended with an error.
     Failed,
+    /// Cancelled before it finished.
     Cancelled,
 }
 
 /// A subagent as reported to a plugin (`agents.subagent`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubagentInfo {
+    /// The subagent's task id.
     pub id: String,
+    /// Its label.
     pub label: String,
+    /// Where it is.
     pub state: SubagentState,
+    /// Milliseconds since it started.
     pub elapsed_ms: u64,
     /// The answer of an inline (`wait`) run.
     pub result: Option<String>,

@@ -46,7 +46,7 @@ impl FallbackProvider {
 }
 
 /// Whether another model could succeed where this one failed.
-pub fn provider_side(error: &ProviderError) -> bool {
+pub(super) fn provider_side(error: &ProviderError) -> bool {
     if error.retryable {
         return true;
     }

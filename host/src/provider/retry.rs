@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use super::ChatResponse;
 
 /// The longest `Retry-After` honoured; longer values are cut to this.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+pub(super) const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// How often and how long to wait between attempts of one request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,6 +34,8 @@ const CACHED_SESSIONS: usize = 512;
 
 /// A session could not be read or written.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum SessionError {
     /// File I/O failed.
     #[error("session file {path}: {source}")]

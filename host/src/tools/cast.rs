@@ -7,7 +7,7 @@
 use serde_json::{Map, Value};
 
 /// Converts `value` in place toward `schema`.
-pub fn cast(value: &mut Value, schema: &Value) {
+pub(super) fn cast(value: &mut Value, schema: &Value) {
     match (value, schema_type(schema)) {
         (Value::Object(map), Some("object")) => cast_object(map, schema),
         (Value::Array(items), Some("array")) => {

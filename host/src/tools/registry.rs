@@ -16,6 +16,8 @@ use crate::plugins::{CallContext, LoadedPlugin, PluginCatalog, PluginError, Plug
 /// Why a tool call did not produce a result. Its text is written for the
 /// model: it says what went wrong and how to do better.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum ToolError {
     /// No tool has this name.
     #[error("unknown tool `{name}`.{} Available tools: {}", suggestion.as_ref().map(|s| format!(" Did you mean `{s}`?")).unwrap_or_default(), available.join(", "))]

@@ -9,13 +9,13 @@
 use std::path::Path;
 use std::process::Command;
 
-pub use chitin_testing::binary::*;
-pub use chitin_testing::{ECHO_CHANNEL_WASM, HELLO_WASM, HOSTILE_WASM};
+pub(crate) use chitin_testing::binary::*;
+pub(crate) use chitin_testing::{ECHO_CHANNEL_WASM, HELLO_WASM, HOSTILE_WASM};
 
-pub const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
+pub(crate) const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
 
 /// `chitin ARGS` with `CHITIN_HOME=home` and none of the provider variables
 /// of the environment the tests run in.
-pub fn chitin(home: &Path, args: &[&str]) -> Command {
+pub(crate) fn chitin(home: &Path, args: &[&str]) -> Command {
     command(CHITIN, home, args)
 }

@@ -18,7 +18,7 @@ use crate::plugins::ProgressSink;
 use crate::session::ToolCall;
 
 /// Preview kept inline when a result is saved to the workspace.
-pub const PREVIEW_CHARS: usize = 1200;
+pub(super) const PREVIEW_CHARS: usize = 1200;
 
 /// Tools whose results are never moved out of line: they page themselves.
 const EXEMPT_FROM_SAVING: &[&str] = &["read_file"];
@@ -27,7 +27,7 @@ const EXEMPT_FROM_SAVING: &[&str] = &["read_file"];
 const REPEAT_LIMIT: usize = 2;
 
 /// What one call produced.
-pub struct CallOutcome {
+pub(super) struct CallOutcome {
     /// Result text for the model.
     pub text: String,
     /// Timing and status.
@@ -39,7 +39,7 @@ pub struct CallOutcome {
 
 /// Run-long counters behind the firm refusals.
 #[derive(Default)]
-pub struct Guards {
+pub(super) struct Guards {
     fetches: HashMap<String, usize>,
     outside_attempts: usize,
 }
@@ -74,7 +74,7 @@ impl Guards {
 
 /// Runs `calls` and returns their outcomes in call order. A call with a
 /// refusal in `refused` (same order) is not run: the refusal is its result.
-pub async fn run_calls(spec: &AgentRunSpec, calls: &[ToolCall], mut refused: Vec<Option<String>>, guards: &mut Guards) -> Vec<CallOutcome> {
+pub(super) async fn run_calls(spec: &AgentRunSpec, calls: &[ToolCall], mut refused: Vec<Option<String>>, guards: &mut Guards) -> Vec<CallOutcome> {
     refused.resize(calls.len(), None);
     let mut outcomes = Vec::with_capacity(calls.len());
     let mut i = 0;

@@ -11,7 +11,7 @@ use crate::compact::PromptOverhead;
 use crate::session::{ANSWERED_INBOX, LAST_PROMPT_TOKENS, LAST_PROMPT_TOKENS_BOUND, Message, PENDING_INBOX, PENDING_USER_TURN, Role};
 use crate::tokens::{Counted, estimate_message, message_bound};
 
-pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+pub(super) async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     let budget = core.input_budget();
     let current = user_message(&ctx.inbound);
     let ((channel, chat_id), key) = (ctx.inbound.reply_route(), ctx.session_key.clone());

@@ -10,9 +10,9 @@ use crate::bus::OutboundMessage;
 use crate::session::{COMMAND_MARKER, Message};
 
 /// Reply to `/new`.
-pub const NEW_SESSION_TEXT: &str = "Started a new conversation. The previous one is archived.";
+pub(super) const NEW_SESSION_TEXT: &str = "Started a new conversation. The previous one is archived.";
 
-pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+pub(super) async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     // A resumed turn passed COMMAND before its process died.
     if ctx.resume {
         return Ok(TurnEvent::Dispatch);

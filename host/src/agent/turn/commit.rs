@@ -21,12 +21,12 @@ const NO_DELIVERY_MARK: [&str; 4] = ["web", "api", "cli", crate::bus::SYSTEM_CHA
 
 /// Whether `reply` must be marked delivered by the channel that sends it
 /// (and re-sent after a restart until it is).
-pub fn needs_delivery_mark(reply: &OutboundMessage) -> bool {
+pub(crate) fn needs_delivery_mark(reply: &OutboundMessage) -> bool {
     !NO_DELIVERY_MARK.contains(&reply.channel.as_str()) && !(reply.content.trim().is_empty() && reply.media.is_empty())
 }
 
 /// The ack that marks `id` delivered in `inbox`.
-pub fn delivery_ack(inbox: &std::sync::Arc<Inbox>, id: u64) -> DeliveryAck {
+pub(crate) fn delivery_ack(inbox: &std::sync::Arc<Inbox>, id: u64) -> DeliveryAck {
     let inbox = inbox.clone();
     DeliveryAck::new(move || {
         if let Err(e) = inbox.delivered(id) {
@@ -37,7 +37,7 @@ pub fn delivery_ack(inbox: &std::sync::Arc<Inbox>, id: u64) -> DeliveryAck {
 
 /// Inbox ids of the messages injected into the turn of `inbox`: tagged user
 /// messages after its own in the session.
-pub fn injected_ids(session: &Session, inbox: InboxRef) -> Vec<u64> {
+pub(crate) fn injected_ids(session: &Session, inbox: InboxRef) -> Vec<u64> {
     let tag = |m: &crate::session::Message| m.meta.get(INBOX_ID).and_then(Value::as_u64);
     let Some(start) = session.messages.iter().rposition(|m| m.role == Role::User && tag(m) == Some(inbox.id)) else { return Vec::new() };
     session.messages[start + 1..].iter().filter(|m| m.role == Role::User).filter_map(tag).collect()
@@ -45,7 +45,7 @@ pub fn injected_ids(session: &Session, inbox: InboxRef) -> Vec<u64> {
 
 /// Commits the turn of `ctx` (see the module docs). Without an inbox row
 /// (the CLI, internal runs) there is nothing to do: SAVE has saved.
-pub fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<(), TurnError> {
+pub(crate) fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<(), TurnError> {
     let (Some(inbox_ref), Some(inbox)) = (ctx.inbox, core.bus.inbox().cloned()) else { return Ok(()) };
     let reply = ctx.outbound.clone();
     let mut also = Vec::new();

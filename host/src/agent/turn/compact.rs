@@ -6,7 +6,7 @@ use crate::agent::core::AgentCore;
 
 use crate::compact::last_summary;
 
-pub async fn run(_core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+pub(super) async fn run(_core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     ctx.pending_summary = last_summary(ctx.session_mut()?);
     Ok(TurnEvent::Ok)
 }

@@ -96,6 +96,8 @@ pub struct StateTraceEntry {
 
 /// Why a turn failed.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum TurnError {
     /// The transition table has no entry for this pair.
     #[error("turn {turn}: no transition from {state:?} on {event:?}")]

@@ -8,9 +8,9 @@ use crate::agent::core::AgentCore;
 use crate::bus::{OutboundKind, OutboundMessage, Reply, TokenUsage};
 
 /// The reply of a SYSTEM turn (a subagent's result) that produced no text.
-pub const BACKGROUND_DONE: &str = "Background task completed.";
+pub(super) const BACKGROUND_DONE: &str = "Background task completed.";
 
-pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+pub(super) async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     // The `message` tool marks the running turn (features::services).
     ctx.sent_to_chat = core.active.get(&ctx.session_key).is_some_and(|turn| turn.reply_suppressed());
     if ctx.sent_to_chat {

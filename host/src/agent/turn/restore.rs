@@ -7,14 +7,14 @@ use crate::agent::runner::governance::INTERRUPTED_RESULT;
 use crate::session::{Message, PENDING_INBOX, PENDING_USER_TURN, RUNTIME_CHECKPOINT, Role, Session, ToolCall};
 
 /// Assistant text stored when a persisted user message was never answered.
-pub const INTERRUPTED_TURN: &str = "(The previous request was interrupted before it finished. Ask again to continue.)";
+pub(crate) const INTERRUPTED_TURN: &str = "(The previous request was interrupted before it finished. Ask again to continue.)";
 
 /// The result of a call that was in flight when the process died and is not
 /// read-only: it may or may not have taken effect, so it is not run again
 /// behind the model's back; the model decides.
 pub const INTERRUPTED_ON_RESUME: &str = "Interrupted: the host stopped while this call was running, so it may or may not have taken effect. Check its effect if it matters, and call it again if it is still needed.";
 
-pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+pub(crate) async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     if !ctx.ephemeral
         && let Some(inbox) = ctx.inbox
     {
@@ -105,7 +105,7 @@ pub fn materialize_checkpoint(session: &mut Session) -> bool {
 }
 
 /// The inbox id of the user message a session's unfinished turn persisted.
-pub fn pending_inbox(session: &Session) -> Option<u64> {
+pub(crate) fn pending_inbox(session: &Session) -> Option<u64> {
     session.metadata.get(PENDING_INBOX).and_then(serde_json::Value::as_u64).filter(|_| session.metadata.contains_key(PENDING_USER_TURN))
 }
 

@@ -20,7 +20,7 @@ use crate::agent::runner::{AgentRunSpec, Checkpoint, CheckpointView, GoalDriver,
 use crate::plugins::CallContext;
 use crate::session::{RUNTIME_CHECKPOINT, Session, SessionStore, ToolCall};
 
-pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+pub(super) async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     if let Some(answer) = ctx.resumed_answer.take() {
         // A resumed turn whose answer the dead process had checkpointed:
         // the session holds it; SAVE and RESPOND finish the turn.
@@ -120,7 +120,7 @@ pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, T
 
 /// Persists checkpoints as deltas (see the module docs).
 #[derive(Debug, Clone)]
-pub struct CheckpointWriter {
+pub(super) struct CheckpointWriter {
     /// How many of the run's messages are already in the session.
     pub written: usize,
     /// Tool results are stored truncated to this, as SAVE stores them.
@@ -129,13 +129,13 @@ pub struct CheckpointWriter {
 
 impl CheckpointWriter {
     /// A writer for a run that has persisted nothing yet.
-    pub fn new(max_tool_result_chars: usize) -> Self {
+    pub(super) fn new(max_tool_result_chars: usize) -> Self {
         CheckpointWriter { written: 0, max_tool_result_chars }
     }
 
     /// Appends the run's messages not yet in `session`, records the
     /// checkpoint without them, and saves (one append of the new lines).
-    pub fn write(&mut self, sessions: &dyn SessionStore, session: &mut Session, checkpoint: &CheckpointView<'_>) -> Result<(), crate::session::SessionError> {
+    pub(super) fn write(&mut self, sessions: &dyn SessionStore, session: &mut Session, checkpoint: &CheckpointView<'_>) -> Result<(), crate::session::SessionError> {
         // The run only appends, so what was handed over before is unchanged.
         let new = checkpoint.messages.get(self.written..).unwrap_or_default();
         append_run_messages(session, new.iter().cloned(), self.max_tool_result_chars);

@@ -10,9 +10,9 @@ use crate::agent::core::AgentCore;
 use crate::session::{Message, PENDING_USER_TURN, RUNTIME_CHECKPOINT, Role, Session};
 
 /// Stored and sent when the run ended without an answer.
-pub const NO_FINAL_ANSWER: &str = "I completed the tool steps but have no final answer to give. Ask me to summarise if you need one.";
+pub(super) const NO_FINAL_ANSWER: &str = "I completed the tool steps but have no final answer to give. Ask me to summarise if you need one.";
 
-pub async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
+pub(super) async fn run(core: &AgentCore, ctx: &mut TurnContext) -> Result<TurnEvent, TurnError> {
     let result = ctx.run_result.take().ok_or(TurnError::Missing { turn: ctx.session_key.clone(), state: ctx.state, missing: "a run result" })?;
     let blank = ctx.final_content.as_deref().is_none_or(|t| t.trim().is_empty());
     // The checkpoints already appended the first `checkpointed_messages`

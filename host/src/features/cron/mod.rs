@@ -50,6 +50,8 @@ pub const CRON_SENDER: &str = "cron";
 
 /// Why a cron operation failed; the text is for the model or the user.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum CronError {
     /// A bad schedule or job field.
     #[error("{0}")]
@@ -77,20 +79,28 @@ impl From<ScheduleError> for CronError {
 /// A scheduled job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
+    /// The job's id.
     pub id: String,
+    /// The name it was added with.
     pub name: String,
     /// What the agent is told when it fires.
     pub message: String,
+    /// When it fires.
     pub schedule: Schedule,
     /// The session the message goes to, and its channel and chat.
     pub session_key: String,
+    /// The channel of the chat.
     pub channel: String,
+    /// The chat's id on that channel.
     pub chat_id: String,
+    /// When it was added.
     pub created_at: DateTime<Utc>,
     /// `None`: it will not fire again.
     pub next_run: Option<DateTime<Utc>>,
+    /// When it last fired.
     #[serde(default)]
     pub last_run: Option<DateTime<Utc>>,
+    /// How many times it fired.
     #[serde(default)]
     pub runs: u64,
 }
@@ -98,16 +108,22 @@ pub struct Job {
 /// What the `cron` tool asks to add.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobSpec {
+    /// The job's name.
     pub name: String,
+    /// What the agent is told when it fires.
     pub message: String,
+    /// When it fires.
     pub schedule: Schedule,
 }
 
 /// Where a job's messages go: the conversation that added it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
+    /// The conversation's session key.
     pub session_key: String,
+    /// The channel of its chat.
     pub channel: String,
+    /// The chat's id on that channel.
     pub chat_id: String,
 }
 

@@ -20,12 +20,23 @@ pub const MAX_EVERY_SECS: u64 = 366 * 24 * 3600;
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Schedule {
     /// Every `secs` seconds from when the job was added.
-    Every { secs: u64 },
+    Every {
+        /// The interval, in seconds.
+        secs: u64,
+    },
     /// A cron expression (5 fields `min hour dom month dow`, or 6 with
     /// seconds first) in an IANA time zone (`UTC` when not given).
-    Cron { expr: String, tz: String },
+    Cron {
+        /// The cron expression.
+        expr: String,
+        /// The IANA time zone it is read in.
+        tz: String,
+    },
     /// Once, at this time.
-    At { time: DateTime<Utc> },
+    At {
+        /// The time it fires.
+        time: DateTime<Utc>,
+    },
 }
 
 /// Why a schedule was refused.

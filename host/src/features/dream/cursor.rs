@@ -19,6 +19,7 @@ pub struct Cursor {
     pub offset: u64,
     /// blake3 (hex) of the `check_len` bytes before `offset`.
     pub check: String,
+    /// How many bytes before `offset` `check` covers.
     pub check_len: u64,
 }
 

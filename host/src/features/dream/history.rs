@@ -29,11 +29,16 @@ pub const MAX_PREVIOUS_BYTES: usize = 1 << 20;
 
 /// Why the history could not be written or read.
 #[derive(Debug, thiserror::Error)]
+// Each variant's fields are named and explained by its #[error] message.
+#[allow(missing_docs)]
 pub enum HistoryError {
+    /// A file of the history could not be read or written.
     #[error("{op} {path}: {source}")]
     Io { op: &'static str, path: PathBuf, source: std::io::Error },
+    /// No run has this number.
     #[error("no Dream run {0} in the history (see /dream-log)")]
     NoSuchRun(u64),
+    /// The run's record cannot be parsed.
     #[error("Dream run {number} is unreadable: {reason}")]
     Corrupt { number: u64, reason: String },
 }
@@ -62,29 +67,37 @@ pub struct FileChange {
     /// The run removed the file (a restore of a file Dream had created).
     #[serde(default)]
     pub removed_file: bool,
-    /// Lines the run added and removed.
+    /// Lines the run added.
     pub added: usize,
+    /// Lines the run removed.
     pub removed: usize,
 }
 
 /// `run.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunRecord {
+    /// The run's number (its directory's name, not stored in the file).
     #[serde(skip)]
     pub number: u64,
+    /// When it ran.
     pub at: DateTime<Utc>,
+    /// A Dream run or a restore.
     pub kind: RunKind,
     /// For a restore: the run it restored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored: Option<u64>,
+    /// The files it changed.
     pub files: Vec<FileChange>,
 }
 
 /// One file a run is about to change: its path, the content it replaces
 /// (`None`: no file), and the new content (`None`: the file goes).
 pub struct Edit<'a> {
+    /// Relative to the workspace, `/`-separated.
     pub path: &'a str,
+    /// The content it replaces (`None`: no file).
     pub previous: Option<&'a [u8]>,
+    /// The new content (`None`: the file goes).
     pub next: Option<&'a [u8]>,
 }
 

@@ -142,7 +142,9 @@ pub enum Trigger {
 /// The last run, for `/status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LastRun {
+    /// When it ran.
     pub at: DateTime<Utc>,
+    /// What started it.
     pub trigger: Trigger,
     /// `completed`, `no_changes`, `not_completed` or `failed`.
     pub outcome: String,

@@ -145,7 +145,7 @@ fn block(value: &Value) -> Option<Block> {
 }
 
 /// Parses a non-streaming answer.
-pub fn parse_message(body: &str) -> ChatResponse {
+pub(super) fn parse_message(body: &str) -> ChatResponse {
     let value: Value = match serde_json::from_str(body) {
         Ok(value) => value,
         Err(e) => return ChatResponse::failed(unreadable(&format!("not JSON: {e}"), body)),

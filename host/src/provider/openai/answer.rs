@@ -93,7 +93,7 @@ pub(crate) fn parse_usage(usage: &Value) -> Option<Usage> {
 }
 
 /// Parses a non-streaming answer.
-pub fn parse_completion(body: &str, model: &str, endpoint: &str) -> ChatResponse {
+pub(super) fn parse_completion(body: &str, model: &str, endpoint: &str) -> ChatResponse {
     let mut value: Value = match serde_json::from_str(body) {
         Ok(value) => value,
         Err(e) => return ChatResponse::failed(unreadable(&format!("not JSON: {e}"), body)),

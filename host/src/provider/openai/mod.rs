@@ -79,6 +79,7 @@ impl Wire for OpenAi {
     }
 }
 
+/// The body of a chat completions request.
 #[derive(Serialize)]
 pub struct RequestBody<'a> {
     model: &'a str,
@@ -116,7 +117,9 @@ pub struct WireMessage<'a> {
 #[derive(Serialize)]
 #[serde(untagged)]
 pub enum WireContent<'a> {
+    /// The text alone (no images).
     Text(&'a Option<String>),
+    /// The text part, then the image parts.
     Parts(Vec<Value>),
 }
 
