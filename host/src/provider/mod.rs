@@ -7,6 +7,7 @@
 //! provider (spec §9), never after streamed text reached the user.
 
 pub mod anthropic;
+pub mod config;
 mod fallback;
 mod http;
 pub mod openai;
