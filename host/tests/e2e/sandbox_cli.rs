@@ -269,15 +269,19 @@ fn an_http_denial_names_the_port_when_another_port_of_the_host_is_granted() {
     assert!(stderr(&out).contains(r#"add "127.0.0.1" to `network` under [plugins.hostile]"#), "{}", stderr(&out));
 }
 
-/// Issue 18, point 4: one tool call fires 25 000 requests at a host its
-/// grant does not name. Every one is refused (the guest holds them until
-/// the call's resource bound stops it); the host writes the first few
+/// Issue 18, point 4: one tool call fires a flood of requests at a host its
+/// grant does not name. Every one is refused; the host writes the first few
 /// refusals and then one summary line with the count, not a line each.
+/// The guest holds its 250 requests for 2 s, within the call's resource
+/// bound (`max_resources`), so every refusal is decided while the call
+/// lives: a guest that fires without pause until the bound traps it ends
+/// the call before the host's tasks have decided more than a few, however
+/// fast the machine is.
 #[test]
 fn a_flood_of_refused_requests_makes_a_bounded_number_of_warning_lines() {
     let home = tempfile::tempdir().unwrap();
     std::fs::write(home.path().join("config.toml"), "[plugins.hostile]\nnetwork = []\n").unwrap();
-    let args = json!({"mode": "requests", "count": 25_000, "url": "http://127.0.0.1:9/refused"}).to_string();
+    let args = json!({"mode": "requests", "count": 250, "hold_ms": 2000, "url": "http://127.0.0.1:9/refused"}).to_string();
     let mut cmd = chitin(home.path(), &["tool", "call", "http_flood", "--args", &args, "--plugin", HOSTILE_WASM]);
     cmd.env("RUST_LOG", "chitin=info");
     let out = run_within(&mut cmd, Duration::from_secs(120));
@@ -289,8 +293,8 @@ fn a_flood_of_refused_requests_makes_a_bounded_number_of_warning_lines() {
     assert!((1..=20).contains(&lines), "{lines} refusal lines");
     assert_eq!(summary.len(), 1, "{err}");
     let more: u64 = summary[0].split("… and ").nth(1).and_then(|r| r.split(" more").next()).map(|n| n.replace(' ', "")).and_then(|n| n.parse().ok()).expect("a count");
-    // Measured: 20 lines and "… and 375 more" (the guest stops at the
-    // resource bound, `max_resources`, long before 25 000).
+    // 20 lines and "… and 230 more".
     assert!(more + lines as u64 >= 200, "the attack ran: {} requests refused", more + lines as u64);
     assert!(err.lines().count() < 60, "{} lines in all:\n{err}", err.lines().count());
+    assert!(!err.contains('\x1b'), "log lines into a pipe carry no colour codes:\n{err}");
 }
