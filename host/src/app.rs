@@ -206,7 +206,7 @@ impl App {
     /// and the scheduled jobs it fires. Everything is wired in
     /// [`AgentBuilder::build`]; nothing is set on the agent afterwards.
     pub fn agent_builder(&self, provider: Arc<dyn Provider>, bus: Arc<MessageBus>) -> AgentBuilder<'_> {
-        AgentBuilder { app: self, provider, bus, reachable: None, cron: None }
+        AgentBuilder { app: self, provider, bus, reachable: None, cron: None, sources: Vec::new() }
     }
 
     /// The bus of a long-lived host: durable, over `<data>/inbox` (see
@@ -226,6 +226,7 @@ pub struct AgentBuilder<'a> {
     bus: Arc<MessageBus>,
     reachable: Option<Vec<String>>,
     cron: Option<Arc<crate::features::cron::CronService>>,
+    sources: Vec<Arc<dyn crate::tools::ToolSource>>,
 }
 
 impl AgentBuilder<'_> {
@@ -239,6 +240,13 @@ impl AgentBuilder<'_> {
     /// that scheduled jobs run in `chitin gateway`).
     pub fn cron(mut self, cron: Arc<crate::features::cron::CronService>) -> Self {
         self.cron = Some(cron);
+        self
+    }
+
+    /// Tools from outside the plugins (MCP servers, `crate::mcp::client`)
+    /// join the agent's registry, followed as their lists change.
+    pub fn tool_sources(mut self, sources: Vec<Arc<dyn crate::tools::ToolSource>>) -> Self {
+        self.sources = sources;
         self
     }
 
@@ -261,7 +269,8 @@ impl AgentBuilder<'_> {
         // One tracker owns what turns leave running: subagents,
         // consolidation, `/new` archives (closed and awaited by the loop).
         let tasks = tokio_util::task::TaskTracker::new();
-        let subagents = Arc::new(SubagentManager::new(agent.clone(), runner.clone(), &app.tools, app.workspace.clone(), bus.clone(), active.clone()).with_tasks(tasks.clone()));
+        let tools = if self.sources.is_empty() { app.tools.clone() } else { app.tools.with_sources(self.sources) };
+        let subagents = Arc::new(SubagentManager::new(agent.clone(), runner.clone(), &tools, app.workspace.clone(), bus.clone(), active.clone()).with_tasks(tasks.clone()));
         let mut services = AgentServices::new(bus.clone(), active.clone(), app.workspace.clone()).with_subagents(subagents.clone());
         if let Some(channels) = self.reachable {
             services = services.with_reachable(channels);
@@ -284,7 +293,7 @@ impl AgentBuilder<'_> {
             auto_compact,
             settings: app.config.agent.clone(),
             runner,
-            tools: app.tools.clone(),
+            tools,
             sessions: Arc::new(JsonlStore::new(app.data.sessions_dir())),
             context: ContextBuilder::new(app.workspace.clone()),
             workspace: app.workspace.clone(),

@@ -215,6 +215,10 @@ pub struct Config {
     /// belongs to the channel runtime (not built yet): kept as raw TOML so a
     /// config written for it already loads.
     pub channels: BTreeMap<String, toml::Value>,
+    /// MCP servers the agent uses (`[mcp_servers.<name>]`). Their shape
+    /// belongs to `crate::mcp::config`, which parses and checks them (a
+    /// bad entry is reported for that server alone).
+    pub mcp_servers: BTreeMap<String, toml::Value>,
     /// Plugin indexes `chitin plugin search/install/update` read
     /// (`[[plugin_index]]`: name, url, pinned keys).
     pub plugin_index: Vec<crate::market::index::IndexSource>,

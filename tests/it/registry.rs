@@ -105,3 +105,92 @@ fn a_plugin_cannot_shadow_a_builtin_tool() {
     assert!(tools.conflicts()[0].to_string().contains("impostor"), "{}", tools.conflicts()[0]);
     assert!(tools.spec("shout").is_some(), "its other tools still load");
 }
+
+/// A `ToolSource` whose list the test changes, as an MCP server's
+/// `tools/list_changed` would.
+struct Changing {
+    generation: std::sync::atomic::AtomicU64,
+    tools: std::sync::Mutex<Vec<chitin::plugins::ToolSpec>>,
+    calls: std::sync::Mutex<Vec<(String, serde_json::Value)>>,
+}
+
+impl Changing {
+    fn new(names: &[&str]) -> Arc<Changing> {
+        let source = Arc::new(Changing { generation: 0.into(), tools: Default::default(), calls: Default::default() });
+        source.set(names);
+        source
+    }
+
+    fn set(&self, names: &[&str]) {
+        *self.tools.lock().unwrap() = names
+            .iter()
+            .map(|n| chitin::plugins::ToolSpec {
+                name: n.to_string(),
+                description: format!("{n} from outside"),
+                parameters: json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}),
+                read_only: true,
+                concurrency_safe: true,
+            })
+            .collect();
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl chitin::tools::ToolSource for Changing {
+    fn label(&self) -> &str {
+        "mcp:test"
+    }
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    fn tools(&self) -> Vec<chitin::plugins::ToolSpec> {
+        self.tools.lock().unwrap().clone()
+    }
+    fn call<'a>(
+        &'a self,
+        tool: &'a str,
+        args: &'a serde_json::Value,
+        _ctx: &'a CallContext,
+        _progress: Option<chitin::plugins::ProgressSink>,
+    ) -> chitin::tools::ToolFuture<'a> {
+        Box::pin(async move {
+            self.calls.lock().unwrap().push((tool.to_string(), args.clone()));
+            Ok(format!("{tool} answered {}", args["q"]))
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_source_s_tools_join_validated_and_follow_its_changes() {
+    let (plugins, _dir) = registry();
+    // `read_file` is a plugin's: the source cannot shadow it.
+    let source = Changing::new(&["mcp_test_search", "read_file"]);
+    let tools = plugins.with_sources(vec![source.clone()]);
+    assert!(tools.spec("mcp_test_search").is_some());
+    assert_eq!(tools.owner_of("read_file").as_deref(), Some("plugin fs"), "a plugin's name is never taken over");
+    assert!(tools.conflicts().iter().any(|c| c.to_string().contains("mcp:test (left out)")), "the clash is reported");
+    assert!(tools.fetches_network("mcp_test_search"), "a source's results count as fetched");
+
+    // Calls are validated against the source's schema before they reach it.
+    let err = tools.call("mcp_test_search", &json!({"q": 3, "x": 1}), &CallContext::default(), None).await;
+    assert!(err.is_ok(), "3 is cast to \"3\": {err:?}");
+    let err = tools.call("mcp_test_search", &json!({}), &CallContext::default(), None).await.unwrap_err();
+    assert!(matches!(err, ToolError::InvalidArguments { .. }), "{err}");
+    assert_eq!(source.calls.lock().unwrap().len(), 1, "the invalid call never reached the source");
+
+    // Unchanged: the same snapshot. Changed: a new one, built once.
+    assert!(Arc::ptr_eq(&tools.refreshed().shared_definitions(), &tools.shared_definitions()));
+    source.set(&["mcp_test_search", "mcp_test_fetch"]);
+    let newer = tools.refreshed();
+    assert!(newer.spec("mcp_test_fetch").is_some() && tools.spec("mcp_test_fetch").is_none(), "the old snapshot stays as it was");
+    assert!(Arc::ptr_eq(&tools.refreshed().shared_definitions(), &newer.shared_definitions()), "built once per change");
+
+    // A scope (a subagent's) follows changes through its filter.
+    let scope = tools.scoped(Arc::new(|name: &str| name != "mcp_test_fetch"));
+    source.set(&["mcp_test_search", "mcp_test_fetch", "mcp_test_more"]);
+    let scoped_now = scope.refreshed();
+    let names: Vec<&str> = scoped_now.names().collect();
+    assert!(names.contains(&"mcp_test_more") && !names.contains(&"mcp_test_fetch") && names.contains(&"read_file"), "{names:?}");
+    source.set(&[]);
+    assert!(tools.refreshed().spec("mcp_test_search").is_none(), "a server's tools leave with it");
+}

@@ -82,7 +82,7 @@ impl AgentCore {
             channel: channel.to_string(),
             chat_id: chat_id.to_string(),
             now: Utc::now(),
-            tool_names: self.tools.names().map(str::to_string).collect(),
+            tool_names: self.tools.refreshed().names().map(str::to_string).collect(),
         };
         let recent_history = self.consolidator.archive().recent(session_key, RECENT_HISTORY_ENTRIES, RECENT_HISTORY_TOKENS);
         self.context.system_prompt(&facts, &ArchiveContext { recent_history, last_summary })

@@ -26,6 +26,7 @@ macro_rules! errln {
 mod agent;
 mod gateway;
 mod market;
+mod mcp;
 mod onboard;
 mod plugin;
 mod scaffold;
@@ -73,6 +74,9 @@ enum Command {
     /// Call tools directly, through the same registry and sandbox the agent uses.
     #[command(subcommand)]
     Tool(tool::ToolCommand),
+    /// MCP: the servers the agent uses, and chitin's tools as an MCP server.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
 }
 
 /// Parses the command line and runs it; errors are printed to stderr.
@@ -192,6 +196,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status => status::run(data, options),
         Command::Plugin(cmd) => runtime.block_on(plugin::run(cmd, data, options)),
         Command::Tool(cmd) => runtime.block_on(tool::run(cmd, data, options)),
+        Command::Mcp(cmd) => runtime.block_on(mcp::run(cmd, data, options)),
     };
     // Dropping a runtime waits for every blocking thread; one stuck in a
     // system call on a plugin's behalf (a filesystem that never answers)

@@ -107,7 +107,9 @@ impl SubagentManager {
         }
         let allow_spawn = scope.allow_spawn;
         let listed = scope.tools.clone();
-        let tools = main_tools.restricted(|name| {
+        // Scoped, not a snapshot: an MCP server that connects or changes
+        // its list later reaches subagents too (filtered the same way).
+        let tools = main_tools.scoped(Arc::new(move |name: &str| {
             // `subagents` lists what `spawn` started: both or neither.
             let spawning = matches!(name, "spawn" | "subagents");
             if spawning && !allow_spawn {
@@ -117,7 +119,7 @@ impl SubagentManager {
                 Some(list) => list.iter().any(|n| n == name),
                 None => !NOT_FOR_SUBAGENTS.contains(&name) || (spawning && allow_spawn),
             }
-        });
+        }));
         SubagentManager { settings, runner, tools, workspace, bus, active, running: Mutex::new(HashMap::new()), next: AtomicU64::new(1), tasks: tokio_util::task::TaskTracker::new() }
     }
 
@@ -246,10 +248,11 @@ impl SubagentManager {
     /// The run of subagent `id`: its own prompt, its tools, nothing saved.
     fn spec(&self, id: &str, origin: &Origin, task: &str) -> AgentRunSpec {
         let s = &self.settings;
-        let names: Vec<&str> = self.tools.names().collect();
+        let tools = self.tools.refreshed();
+        let names: Vec<&str> = tools.names().collect();
         AgentRunSpec {
             initial_messages: vec![Message::system(system_prompt(&self.workspace, &names)), Message::user(task)],
-            tools: self.tools.clone(),
+            tools: tools.clone(),
             model: s.model_handle(),
             max_iterations: s.max_iterations,
             max_tool_result_chars: s.max_tool_result_chars,

@@ -6,11 +6,12 @@
 //! model in one message, so the model can fix all of them in one retry.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{Value, json};
 
 use super::cast::cast;
+use super::source::ToolSource;
 use crate::plugins::{CallContext, LoadedPlugin, PluginCatalog, PluginError, PluginRuntime, PluginSource, ProgressSink, ToolSpec};
 
 /// Why a tool call did not produce a result. Its text is written for the
@@ -39,6 +40,10 @@ pub enum ToolError {
     /// Two plugins export the same tool name.
     #[error("tool `{tool}` is defined by both {first} and {second}")]
     Duplicate { tool: String, first: String, second: String },
+    /// A tool of a [`ToolSource`] (an MCP server) failed; the text comes
+    /// from the source, already bounded and made safe.
+    #[error("`{tool}` failed: {message}")]
+    External { tool: String, message: String },
 }
 
 /// A call whose tool exists and whose arguments passed validation.
@@ -52,8 +57,35 @@ pub struct PreparedCall {
 
 struct Entry {
     spec: ToolSpec,
-    plugin: Arc<LoadedPlugin>,
+    backend: Backend,
     validator: OnceLock<Result<jsonschema::Validator, String>>,
+}
+
+/// What runs a tool: a plugin in the sandbox, or a [`ToolSource`].
+#[derive(Clone)]
+enum Backend {
+    Plugin(Arc<LoadedPlugin>),
+    Source(Arc<dyn ToolSource>),
+}
+
+impl Entry {
+    fn new(spec: ToolSpec, backend: Backend) -> Entry {
+        Entry { spec, backend, validator: OnceLock::new() }
+    }
+
+    fn plugin(&self) -> Option<&Arc<LoadedPlugin>> {
+        match &self.backend {
+            Backend::Plugin(plugin) => Some(plugin),
+            Backend::Source(_) => None,
+        }
+    }
+
+    fn owner(&self) -> String {
+        match &self.backend {
+            Backend::Plugin(plugin) => format!("plugin {}", plugin.name()),
+            Backend::Source(source) => source.label().to_string(),
+        }
+    }
 }
 
 /// All tools of all loaded plugins. Cheap to clone (shared inside).
@@ -82,7 +114,21 @@ struct Inner {
     workspace: Option<std::path::PathBuf>,
     /// Checked before every call; an `Err` refuses it with that reason.
     guard: Option<CallGuard>,
+    /// The plugin tools alone (the base every refresh starts from).
+    plugin_tools: Arc<BTreeMap<String, (ToolSpec, Arc<LoadedPlugin>)>>,
+    /// Sources followed by [`ToolRegistry::refreshed`], with the generation
+    /// each had when this snapshot was built.
+    sources: Vec<(Arc<dyn ToolSource>, u64)>,
+    /// The newest snapshot built by `refreshed`, so that every turn after
+    /// a change does not rebuild it again.
+    latest: Mutex<Option<ToolRegistry>>,
+    /// A scope's filter ([`ToolRegistry::scoped`]), applied again to every
+    /// refreshed snapshot.
+    keep: Option<Keep>,
 }
+
+/// The filter of a scoped registry.
+pub type Keep = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// A check every call of a registry passes before it runs: the tool's name
 /// and its validated arguments; `Err(reason)` refuses the call.
@@ -94,25 +140,60 @@ impl ToolRegistry {
     /// built-in plugins come first, so an installed plugin can never shadow
     /// `read_file`, and one clash does not stop the host.
     pub fn new(runtime: Arc<PluginRuntime>, catalog: &PluginCatalog) -> Result<ToolRegistry, ToolError> {
-        let mut tools: BTreeMap<String, Entry> = BTreeMap::new();
+        let mut plugin_tools: BTreeMap<String, (ToolSpec, Arc<LoadedPlugin>)> = BTreeMap::new();
         let mut conflicts = Vec::new();
         let ordered = catalog.iter().filter(|p| p.source == PluginSource::Builtin).chain(catalog.iter().filter(|p| p.source != PluginSource::Builtin));
         for plugin in ordered {
             for spec in &plugin.manifest.tools {
-                if let Some(existing) = tools.get(&spec.name) {
+                if let Some((_, existing)) = plugin_tools.get(&spec.name) {
                     conflicts.push(ToolError::Duplicate {
                         tool: spec.name.clone(),
-                        first: format!("plugin {}", existing.plugin.name()),
+                        first: format!("plugin {}", existing.name()),
                         second: format!("plugin {} (left out)", plugin.name()),
                     });
                     continue;
                 }
-                let entry = Entry { spec: spec.clone(), plugin: plugin.clone(), validator: OnceLock::new() };
-                tools.insert(spec.name.clone(), entry);
+                plugin_tools.insert(spec.name.clone(), (spec.clone(), plugin.clone()));
             }
         }
+        Ok(Self::build(runtime, Arc::new(plugin_tools), Vec::new(), conflicts, None))
+    }
+
+    /// The plugin tools plus each source's current tools. A source's tool
+    /// whose name is taken (by a plugin or an earlier source) is left out
+    /// and reported in [`ToolRegistry::conflicts`]: plugins always win.
+    fn build(
+        runtime: Arc<PluginRuntime>,
+        plugin_tools: Arc<BTreeMap<String, (ToolSpec, Arc<LoadedPlugin>)>>,
+        sources: Vec<Arc<dyn ToolSource>>,
+        mut conflicts: Vec<ToolError>,
+        keep: Option<Keep>,
+    ) -> ToolRegistry {
+        let mut tools: BTreeMap<String, Entry> =
+            plugin_tools.iter().map(|(name, (spec, plugin))| (name.clone(), Entry::new(spec.clone(), Backend::Plugin(plugin.clone())))).collect();
+        let mut followed = Vec::with_capacity(sources.len());
+        for source in sources {
+            // The generation is read before the list: a change in between
+            // makes the next `refreshed` rebuild again, never miss it.
+            let generation = source.generation();
+            for spec in source.tools() {
+                if let Some(existing) = tools.get(&spec.name) {
+                    conflicts.push(ToolError::Duplicate {
+                        tool: spec.name.clone(),
+                        first: existing.owner(),
+                        second: format!("{} (left out)", source.label()),
+                    });
+                    continue;
+                }
+                tools.insert(spec.name.clone(), Entry::new(spec, Backend::Source(source.clone())));
+            }
+            followed.push((source, generation));
+        }
+        if let Some(keep) = &keep {
+            tools.retain(|name, _| keep(name));
+        }
         let definitions: Arc<[Value]> = tools.values().map(|e| definition(&e.spec)).collect();
-        Ok(ToolRegistry {
+        ToolRegistry {
             inner: Arc::new(Inner {
                 runtime,
                 tools,
@@ -122,8 +203,58 @@ impl ToolRegistry {
                 conflicts,
                 workspace: None,
                 guard: None,
+                plugin_tools,
+                sources: followed,
+                latest: Mutex::new(None),
+                keep,
             }),
-        })
+        }
+    }
+
+    /// This registry with `sources` followed too (MCP servers' tools).
+    pub fn with_sources(&self, sources: Vec<Arc<dyn ToolSource>>) -> ToolRegistry {
+        let plugin_conflicts = self.inner.conflicts.iter().filter_map(|c| match c {
+            ToolError::Duplicate { tool, first, second } if first.starts_with("plugin ") && second.starts_with("plugin ") => {
+                Some(ToolError::Duplicate { tool: tool.clone(), first: first.clone(), second: second.clone() })
+            }
+            _ => None,
+        });
+        Self::build(self.inner.runtime.clone(), self.inner.plugin_tools.clone(), sources, plugin_conflicts.collect(), self.inner.keep.clone())
+    }
+
+    /// A scope of this registry (a subagent's): only the tools `keep`
+    /// admits, now and after every change of a source's list.
+    pub fn scoped(&self, keep: Keep) -> ToolRegistry {
+        let sources = self.inner.sources.iter().map(|(source, _)| source.clone()).collect();
+        let mut scoped = Self::build(self.inner.runtime.clone(), self.inner.plugin_tools.clone(), sources, Vec::new(), Some(keep));
+        let inner = Arc::get_mut(&mut scoped.inner).expect("a fresh registry has one owner");
+        inner.workspace = self.inner.workspace.clone();
+        inner.guard = self.inner.guard.clone();
+        scoped
+    }
+
+    /// The registry as it should be now: this one when no source changed
+    /// its tools since it was built, else a snapshot with their current
+    /// lists (built once per change). The agent takes one per turn, so a
+    /// turn sees one stable set of tools.
+    pub fn refreshed(&self) -> ToolRegistry {
+        let stale = |registry: &ToolRegistry| registry.inner.sources.iter().any(|(source, generation)| source.generation() != *generation);
+        if !stale(self) {
+            return self.clone();
+        }
+        let mut latest = self.inner.latest.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(newer) = latest.as_ref().filter(|newer| !stale(newer)) {
+            return newer.clone();
+        }
+        let sources = self.inner.sources.iter().map(|(source, _)| source.clone()).collect();
+        let mut newer = self.with_sources(sources);
+        if self.inner.workspace.is_some() || self.inner.guard.is_some() {
+            let inner = Arc::get_mut(&mut newer.inner).expect("a fresh registry has one owner");
+            inner.workspace = self.inner.workspace.clone();
+            inner.guard = self.inner.guard.clone();
+        }
+        *latest = Some(newer.clone());
+        newer
     }
 
     /// A registry with only the tools `keep` admits (a subagent's scope):
@@ -134,7 +265,7 @@ impl ToolRegistry {
             .tools
             .iter()
             .filter(|(name, _)| keep(name))
-            .map(|(name, e)| (name.clone(), Entry { spec: e.spec.clone(), plugin: e.plugin.clone(), validator: OnceLock::new() }))
+            .map(|(name, e)| (name.clone(), Entry::new(e.spec.clone(), e.backend.clone())))
             .collect();
         let definitions: Arc<[Value]> = tools.values().map(|e| definition(&e.spec)).collect();
         let inner = Inner {
@@ -146,6 +277,12 @@ impl ToolRegistry {
             definitions_bound: OnceLock::new(),
             workspace: self.inner.workspace.clone(),
             guard: self.inner.guard.clone(),
+            // A restricted registry is a fixed scope: it keeps the sources'
+            // tools it was given and does not follow their changes.
+            plugin_tools: self.inner.plugin_tools.clone(),
+            sources: Vec::new(),
+            latest: Mutex::new(None),
+            keep: None,
         };
         ToolRegistry { inner: Arc::new(inner) }
     }
@@ -196,9 +333,24 @@ impl ToolRegistry {
         self.inner.tools.get(name).map(|e| &e.spec)
     }
 
-    /// The plugin that provides `name`.
+    /// The plugin that provides `name` (`None` for a source's tool).
     pub fn plugin_of(&self, name: &str) -> Option<&Arc<LoadedPlugin>> {
-        self.inner.tools.get(name).map(|e| &e.plugin)
+        self.inner.tools.get(name).and_then(Entry::plugin)
+    }
+
+    /// Who provides `name`: `plugin fs`, `mcp:github`.
+    pub fn owner_of(&self, name: &str) -> Option<String> {
+        self.inner.tools.get(name).map(Entry::owner)
+    }
+
+    /// True when `name`'s results come from the network: a plugin with a
+    /// network grant, or a source that says so (a remote MCP server).
+    pub fn fetches_network(&self, name: &str) -> bool {
+        match self.inner.tools.get(name).map(|e| &e.backend) {
+            Some(Backend::Plugin(plugin)) => !plugin.grant.network.is_empty(),
+            Some(Backend::Source(source)) => source.fetches_network(),
+            None => false,
+        }
     }
 
     /// True when `name` may run in parallel with other such calls.
@@ -245,9 +397,13 @@ impl ToolRegistry {
         if let Some(guard) = &self.inner.guard {
             guard(&call.tool, &call.args).map_err(|reason| ToolError::Refused { tool: call.tool.clone(), reason })?;
         }
+        let plugin = match &entry.backend {
+            Backend::Plugin(plugin) => plugin,
+            Backend::Source(source) => return source.call(&call.tool, &call.args, ctx, progress).await,
+        };
         let args = serde_json::to_string(&call.args).expect("a JSON value always serializes");
         let workspace = self.inner.workspace.as_deref();
-        Ok(self.inner.runtime.call_in(&entry.plugin, &call.tool, &args, ctx, progress, workspace).await?)
+        Ok(self.inner.runtime.call_in(plugin, &call.tool, &args, ctx, progress, workspace).await?)
     }
 
     /// `prepare_call`, then the call with `workspace` preopened in place of
@@ -255,8 +411,11 @@ impl ToolRegistry {
     pub async fn call_in_workspace(&self, name: &str, raw_args: &Value, ctx: &CallContext, workspace: &std::path::Path) -> Result<String, ToolError> {
         let call = self.prepare_call(name, raw_args)?;
         let entry = self.inner.tools.get(&call.tool).ok_or_else(|| self.not_found(&call.tool))?;
+        let Some(plugin) = entry.plugin() else {
+            return Err(ToolError::Refused { tool: call.tool.clone(), reason: "only a plugin's tool can run in another workspace".into() });
+        };
         let args = serde_json::to_string(&call.args).expect("a JSON value always serializes");
-        Ok(self.inner.runtime.call_in(&entry.plugin, &call.tool, &args, ctx, None, Some(workspace)).await?)
+        Ok(self.inner.runtime.call_in(plugin, &call.tool, &args, ctx, None, Some(workspace)).await?)
     }
 
     /// `prepare_call` then `execute`.

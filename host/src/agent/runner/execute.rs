@@ -48,7 +48,7 @@ impl Guards {
     /// A refusal for this call, if it is one repeat too many.
     fn check(&mut self, spec: &AgentRunSpec, call: &ToolCall) -> Option<String> {
         let name = &call.function.name;
-        let fetches_network = spec.tools.plugin_of(name).is_some_and(|p| !p.grant.network.is_empty());
+        let fetches_network = spec.tools.fetches_network(name);
         if fetches_network {
             let key = format!("{name}\u{0}{}", canonical(&call.function.arguments));
             let count = self.fetches.entry(key).or_default();

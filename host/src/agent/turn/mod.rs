@@ -212,9 +212,10 @@ pub struct RunScope {
 }
 
 impl TurnContext {
-    /// The tools of this turn: its scope's, else the agent's.
+    /// The tools of this turn: its scope's, else the agent's as they are
+    /// now (an MCP server's list may have changed since the last turn).
     pub fn tools(&self, core: &AgentCore) -> crate::tools::ToolRegistry {
-        self.scope.tools.clone().unwrap_or_else(|| core.tools.clone())
+        self.scope.tools.as_ref().unwrap_or(&core.tools).refreshed()
     }
 
     /// How the turn ended, for its reply: the run's reason, or

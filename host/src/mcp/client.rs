@@ -1,0 +1,1 @@
+//! The MCP client: `[mcp_servers.NAME]` servers as tool sources.

@@ -1,0 +1,1 @@
+//! The MCP server: chitin's plugin tools for any MCP client.
