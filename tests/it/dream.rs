@@ -193,8 +193,9 @@ async fn dream_answers_in_the_gateway_and_runs_periodically() {
 
     // Periodically: only when the archive grew.
     let stop = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(dream::run_periodically(t.agent.clone(), t.dream.clone(), stop.clone()));
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let task = tokio::spawn(dream::run_periodically(t.agent.clone(), t.dream.clone(), Duration::from_millis(20), stop.clone()));
+    // Some fifteen ticks with nothing new in the archive.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(t.mock.request_count(), 2, "nothing new: no run");
     archive(&t, &["Ana moved to Lisbon."]);
     let dream = t.dream.clone();

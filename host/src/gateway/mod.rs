@@ -230,7 +230,7 @@ impl Gateway {
             tokio::spawn(cron.run(bus.clone(), move |key: &str| active.get(key).is_some(), CRON_TICK, channel_stop.clone()))
         });
         // Dream (memory consolidation) stops with the intake too.
-        let dream_task = agent.core().settings.dream.enabled.then(|| tokio::spawn(crate::features::dream::run_periodically(agent.clone(), dream, channel_stop.clone())));
+        let dream_task = agent.core().settings.dream.enabled.then(|| tokio::spawn(crate::features::dream::run_periodically(agent.clone(), dream.clone(), dream.interval(), channel_stop.clone())));
         let heartbeat_task = agent.core().settings.heartbeat.enabled.then(|| {
             let clock: Arc<dyn crate::compact::Clock> = Arc::new(crate::compact::SystemClock);
             tokio::spawn(crate::features::heartbeat::run_periodically(agent.clone(), clock, CRON_TICK, channel_stop.clone()))

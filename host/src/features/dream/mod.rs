@@ -219,6 +219,12 @@ impl Dream {
         &self.settings
     }
 
+    /// How often the gateway looks for new archive entries
+    /// (`[agent.dream] interval_secs`, at least a second).
+    pub fn interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.settings.interval_secs.max(1))
+    }
+
     /// The state file (for tests and `chitin status`).
     pub fn state_file(&self) -> &Path {
         &self.state_file
@@ -438,11 +444,12 @@ impl Dream {
     }
 }
 
-/// Runs Dream every `[agent.dream] interval_secs` while the archive has
-/// new entries, until `stop` (the gateway). A run still going at `stop` is
-/// dropped: it stored nothing and its cursor stays.
-pub async fn run_periodically(agent: AgentLoop, dream: Arc<Dream>, stop: tokio_util::sync::CancellationToken) {
-    let interval = std::time::Duration::from_secs(dream.settings().interval_secs.max(1));
+/// Runs Dream every `interval` (the gateway passes `[agent.dream]
+/// interval_secs`, [`Dream::interval`]) while the archive has new entries,
+/// until `stop`. A run still going at `stop` is dropped: it stored nothing
+/// and its cursor stays. The interval is a parameter, as the heartbeat's
+/// tick is, so a test can run it in milliseconds.
+pub async fn run_periodically(agent: AgentLoop, dream: Arc<Dream>, interval: std::time::Duration, stop: tokio_util::sync::CancellationToken) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
