@@ -3,6 +3,7 @@
 
 mod cast;
 mod registry;
+pub mod schema;
 mod source;
 
 pub use registry::{CallGuard, Keep, json_kind, PreparedCall, ToolError, ToolRegistry};

@@ -378,7 +378,7 @@ impl ToolRegistry {
         cast(&mut args, &entry.spec.parameters);
         let validator = entry
             .validator
-            .get_or_init(|| jsonschema::validator_for(&entry.spec.parameters).map_err(|e| e.to_string()))
+            .get_or_init(|| super::schema::compile(&entry.spec.parameters))
             .as_ref()
             .map_err(|e| invalid(vec![format!("the tool's schema is broken: {e}")]))?;
         let problems: Vec<String> = validator
