@@ -95,6 +95,10 @@ pub struct WiredAgent {
     pub subagents: Arc<SubagentManager>,
     /// Memory consolidation (also behind the core's `/dream*` commands).
     pub dream: Arc<Dream>,
+    /// The MCP servers of `[mcp_servers]`, connecting in the background
+    /// (their tools are in the core's registry as they come up). Keep it
+    /// for as long as the agent runs: dropping it stops them.
+    pub mcp: Arc<crate::mcp::client::McpClients>,
 }
 
 impl AppError {
@@ -209,6 +213,18 @@ impl App {
         AgentBuilder { app: self, provider, bus, reachable: None, cron: None, sources: Vec::new() }
     }
 
+    /// Starts a client for every enabled `[mcp_servers.NAME]` (in the
+    /// background; see [`crate::mcp::client`]). An entry that does not
+    /// parse is reported and left out; the others start.
+    pub fn start_mcp_servers(&self) -> crate::mcp::client::McpClients {
+        let (servers, errors) = crate::mcp::config::parse_all(&self.config.mcp_servers);
+        for error in errors {
+            tracing::warn!("MCP server left out: {error}");
+        }
+        let settings = crate::mcp::client::ClientSettings { workspace: self.workspace.root().to_path_buf(), max_output_bytes: self.config.limits.max_output_bytes() };
+        crate::mcp::client::McpClients::start(servers, settings)
+    }
+
     /// The bus of a long-lived host: durable, over `<data>/inbox` (see
     /// [`crate::durable`]), so every message it accepts is answered once,
     /// across crashes.
@@ -269,7 +285,11 @@ impl AgentBuilder<'_> {
         // One tracker owns what turns leave running: subagents,
         // consolidation, `/new` archives (closed and awaited by the loop).
         let tasks = tokio_util::task::TaskTracker::new();
-        let tools = if self.sources.is_empty() { app.tools.clone() } else { app.tools.with_sources(self.sources) };
+        // The MCP servers of the config are tool sources like any other.
+        let mcp = Arc::new(app.start_mcp_servers());
+        let mut sources = self.sources;
+        sources.extend(mcp.sources());
+        let tools = if sources.is_empty() { app.tools.clone() } else { app.tools.with_sources(sources) };
         let subagents = Arc::new(SubagentManager::new(agent.clone(), runner.clone(), &tools, app.workspace.clone(), bus.clone(), active.clone()).with_tasks(tasks.clone()));
         let mut services = AgentServices::new(bus.clone(), active.clone(), app.workspace.clone()).with_subagents(subagents.clone());
         if let Some(channels) = self.reachable {
@@ -308,6 +328,6 @@ impl AgentBuilder<'_> {
             tasks,
             archiving: Default::default(),
         };
-        WiredAgent { core, services, subagents, dream }
+        WiredAgent { core, services, subagents, dream, mcp }
     }
 }

@@ -126,6 +126,9 @@ impl TurnSink for Progress {
     }
 }
 
+/// The longest a chat waits for its MCP servers before the first turn.
+const MCP_FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub(super) async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> anyhow::Result<std::process::ExitCode> {
     let app = super::open_app(data, options)?;
     let provider = app.provider()?;
@@ -147,6 +150,10 @@ pub(super) async fn run(args: AgentArgs, data: DataDir, options: AppOptions) -> 
     };
     // Here the only chat is the terminal.
     let wired = app.agent_builder(provider, bus).reachable(vec![chitin::bus::SessionKey::new(args.session.as_str()).chat_hint().channel]).build();
+    // The first turn starts with the MCP servers that came up in time (each
+    // within its own startup_timeout_secs); the others join when they do.
+    let mcp = wired.mcp;
+    mcp.first_attempts(MCP_FIRST_WAIT).await;
     let agent = AgentLoop::new(Arc::new(wired.core));
     match args.message {
         Some(message) => one_shot(&agent, &progress, &message, &args.session).await,

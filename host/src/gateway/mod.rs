@@ -133,6 +133,8 @@ pub struct Gateway {
     channels: Vec<Box<dyn Channel>>,
     cron: Option<Arc<crate::features::cron::CronService>>,
     dream: Arc<crate::features::dream::Dream>,
+    /// The MCP servers the agent uses: kept until the gateway stops.
+    mcp: Arc<crate::mcp::client::McpClients>,
     limits: ServerLimits,
 }
 
@@ -165,6 +167,7 @@ impl Gateway {
         };
         let wired = builder.build();
         let dream = wired.dream;
+        let mcp = wired.mcp;
         let agent = AgentLoop::new(Arc::new(wired.core));
         let listener = TcpListener::bind(config.listen).await.map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| GatewayError::Bind { addr: config.listen, source })?;
@@ -177,7 +180,7 @@ impl Gateway {
         // Only without a token does a browser's ambient access matter.
         let same_origin = matches!(auth, GatewayAuth::Disabled).then(|| origin::SameOrigin::new(addr, &limits.allowed_hosts));
         let state = Arc::new(http::ApiState::new(agent, OutboundRouter::new(), auth, crate::channels::webhook::Routes::new(), same_origin, limits.body_timeout));
-        Ok(Gateway { listener, addr, state, bus, channels, cron, dream, limits })
+        Ok(Gateway { listener, addr, state, bus, channels, cron, dream, limits, mcp })
     }
 
     /// The bound address (the real port when `listen` asked for port 0).
@@ -204,7 +207,7 @@ impl Gateway {
     /// Serves until `shutdown` resolves, then shuts down as the module docs
     /// describe.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<ShutdownReport, GatewayError> {
-        let Gateway { listener, state, bus, channels, cron, dream, limits, .. } = self;
+        let Gateway { listener, state, bus, channels, cron, dream, limits, mcp, .. } = self;
         let agent = state.agent.clone();
         let router_task = tokio::spawn(state.router.clone().run(bus.clone()));
         let web_task = tokio::spawn(state.web.clone().run(state.router.route_channel(webchat::WEB_CHANNEL)));
@@ -277,6 +280,8 @@ impl Gateway {
         for task in [dream_task, heartbeat_task].into_iter().flatten() {
             let _ = task.await;
         }
+        // The MCP servers stop with the agent (stdio processes are killed).
+        drop(mcp);
         // Whatever a late turn wrote after the loop's flush; and the error,
         // which the loop can only log.
         agent.core().sessions.sync()?;

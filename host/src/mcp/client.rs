@@ -1,1 +1,0 @@
-//! The MCP client: `[mcp_servers.NAME]` servers as tool sources.
