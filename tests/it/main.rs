@@ -14,6 +14,7 @@ mod goals;
 mod manifest;
 mod memory;
 mod messaging;
+mod os_sandbox;
 mod provider;
 mod providers;
 mod recovery;
