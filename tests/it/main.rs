@@ -13,6 +13,7 @@ mod dream;
 mod goals;
 mod manifest;
 mod memory;
+mod mcp_oauth;
 mod messaging;
 mod os_sandbox;
 mod provider;
