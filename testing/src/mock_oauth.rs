@@ -45,7 +45,11 @@ pub struct Behaviour {
 }
 
 fn form(body: &str) -> HashMap<String, String> {
-    Url::parse(&format!("http://x/?{body}")).unwrap().query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
+    Url::parse(&format!("http://x/?{body}"))
+        .unwrap()
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
 }
 
 fn s256(verifier: &str) -> String {
@@ -64,7 +68,9 @@ pub async fn start(behaviour: Behaviour) -> MockOAuth {
     let (b, s) = (base.clone(), seen.clone());
     tokio::spawn(async move {
         loop {
-            let Ok((mut stream, _)) = listener.accept().await else { return };
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
             let (base, seen, behaviour) = (b.clone(), s.clone(), behaviour.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
@@ -79,7 +85,11 @@ pub async fn start(behaviour: Behaviour) -> MockOAuth {
                         let head = String::from_utf8_lossy(&buf[..at]).into_owned();
                         let len: usize = head
                             .lines()
-                            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap())
+                            })
                             .unwrap_or(0);
                         while buf.len() < at + 4 + len {
                             let n = stream.read(&mut chunk).await.unwrap_or(0);
@@ -92,23 +102,40 @@ pub async fn start(behaviour: Behaviour) -> MockOAuth {
                     }
                 };
                 let mut words = head.lines().next().unwrap().split(' ');
-                let (method, target) = (words.next().unwrap().to_string(), words.next().unwrap().to_string());
+                let (method, target) = (
+                    words.next().unwrap().to_string(),
+                    words.next().unwrap().to_string(),
+                );
                 let url = Url::parse(&format!("{base}{target}")).unwrap();
-                let query: HashMap<String, String> = url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
-                seen.lock().unwrap().requests.push(format!("{method} {}", url.path()));
-                let json = |v: serde_json::Value| ("200 OK", vec![("content-type".to_string(), "application/json".to_string())], v.to_string());
+                let query: HashMap<String, String> = url
+                    .query_pairs()
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect();
+                seen.lock()
+                    .unwrap()
+                    .requests
+                    .push(format!("{method} {}", url.path()));
+                let json = |v: serde_json::Value| {
+                    (
+                        "200 OK",
+                        vec![("content-type".to_string(), "application/json".to_string())],
+                        v.to_string(),
+                    )
+                };
                 let (status, headers, body) = match (method.as_str(), url.path()) {
                     ("GET", "/mcp") => (
                         "401 Unauthorized",
                         vec![(
                             "www-authenticate".to_string(),
-                            format!("Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\""),
+                            format!(
+                                "Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\""
+                            ),
                         )],
                         String::new(),
                     ),
-                    ("GET", "/.well-known/oauth-protected-resource/mcp") => {
-                        json(serde_json::json!({"resource": format!("{base}/mcp"), "authorization_servers": [base]}))
-                    }
+                    ("GET", "/.well-known/oauth-protected-resource/mcp") => json(
+                        serde_json::json!({"resource": format!("{base}/mcp"), "authorization_servers": [base]}),
+                    ),
                     ("GET", "/.well-known/oauth-authorization-server") => json(serde_json::json!({
                         "issuer": base,
                         "authorization_endpoint": format!("{base}/authorize"),
@@ -119,19 +146,39 @@ pub async fn start(behaviour: Behaviour) -> MockOAuth {
                     ("POST", "/register") => {
                         let reg: serde_json::Value = serde_json::from_str(&body).unwrap();
                         assert_eq!(reg["token_endpoint_auth_method"], "none");
-                        ("201 Created", vec![("content-type".into(), "application/json".into())], r#"{"client_id":"client-77"}"#.into())
+                        (
+                            "201 Created",
+                            vec![("content-type".into(), "application/json".into())],
+                            r#"{"client_id":"client-77"}"#.into(),
+                        )
                     }
                     ("GET", "/authorize") => {
                         seen.lock().unwrap().authorize = query.clone();
-                        let state = if behaviour.wrong_state { "forged".to_string() } else { query["state"].clone() };
+                        let state = if behaviour.wrong_state {
+                            "forged".to_string()
+                        } else {
+                            query["state"].clone()
+                        };
                         let mut back = Url::parse(&query["redirect_uri"]).unwrap();
-                        back.query_pairs_mut().append_pair("code", "CODE-1").append_pair("state", &state);
-                        ("302 Found", vec![("location".into(), back.to_string())], String::new())
+                        back.query_pairs_mut()
+                            .append_pair("code", "CODE-1")
+                            .append_pair("state", &state);
+                        (
+                            "302 Found",
+                            vec![("location".into(), back.to_string())],
+                            String::new(),
+                        )
                     }
                     ("POST", "/token") => {
                         let f = form(&body);
                         seen.lock().unwrap().token_forms.push(f.clone());
-                        let challenge = seen.lock().unwrap().authorize.get("code_challenge").cloned().unwrap_or_default();
+                        let challenge = seen
+                            .lock()
+                            .unwrap()
+                            .authorize
+                            .get("code_challenge")
+                            .cloned()
+                            .unwrap_or_default();
                         match f.get("grant_type").map(String::as_str) {
                             Some("authorization_code")
                                 if f.get("code").map(String::as_str) == Some("CODE-1")
@@ -140,17 +187,30 @@ pub async fn start(behaviour: Behaviour) -> MockOAuth {
                             {
                                 // 30 s: inside the refresh margin, so the
                                 // first access_token refreshes.
-                                json(serde_json::json!({"access_token": ACCESS_1, "refresh_token": "RT-1", "expires_in": 30, "token_type": "Bearer"}))
+                                json(
+                                    serde_json::json!({"access_token": ACCESS_1, "refresh_token": "RT-1", "expires_in": 30, "token_type": "Bearer"}),
+                                )
                             }
-                            Some("refresh_token") if f.get("refresh_token").map(String::as_str) == Some("RT-1") => {
-                                json(serde_json::json!({"access_token": ACCESS_2, "refresh_token": "RT-2", "expires_in": 3600, "token_type": "Bearer"}))
+                            Some("refresh_token")
+                                if f.get("refresh_token").map(String::as_str) == Some("RT-1") =>
+                            {
+                                json(
+                                    serde_json::json!({"access_token": ACCESS_2, "refresh_token": "RT-2", "expires_in": 3600, "token_type": "Bearer"}),
+                                )
                             }
-                            _ => ("400 Bad Request", vec![("content-type".into(), "application/json".into())], r#"{"error":"invalid_grant"}"#.into()),
+                            _ => (
+                                "400 Bad Request",
+                                vec![("content-type".into(), "application/json".into())],
+                                r#"{"error":"invalid_grant"}"#.into(),
+                            ),
                         }
                     }
                     _ => ("404 Not Found", vec![], String::new()),
                 };
-                let mut out = format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
+                let mut out = format!(
+                    "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n",
+                    body.len()
+                );
                 for (k, v) in headers {
                     out.push_str(&format!("{k}: {v}\r\n"));
                 }
@@ -166,11 +226,13 @@ pub async fn start(behaviour: Behaviour) -> MockOAuth {
 /// The browser: follows the authorize URL to its redirect, then delivers
 /// it to the loopback listener. Returns the listener's status.
 pub async fn browse(authorize: String) -> u16 {
-    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
     let answer = http.get(&authorize).send().await.unwrap();
     assert_eq!(answer.status().as_u16(), 302);
     let back = answer.headers()["location"].to_str().unwrap().to_string();
     assert!(back.starts_with("http://127.0.0.1:"), "{back}");
     http.get(&back).send().await.unwrap().status().as_u16()
 }
-

@@ -10,7 +10,9 @@ use super::{SandboxError, SandboxPolicy, env};
 
 /// The top-level system directories bound read-only when they exist (a
 /// symlink, as on merged-/usr systems, is recreated as the same symlink).
-const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
 
 /// The pieces of `/etc` a program needs to start and to know who it is:
 /// the dynamic loader's cache and config, users and groups, name-service
@@ -64,12 +66,18 @@ impl Mount {
 pub(super) fn arguments(policy: &SandboxPolicy) -> Result<Vec<OsString>, SandboxError> {
     let workspace = existing_dir(&policy.workspace, "the workspace")?;
     if workspace == Path::new("/") {
-        return Err(SandboxError::Policy("the workspace cannot be the root directory /".into()));
+        return Err(SandboxError::Policy(
+            "the workspace cannot be the root directory /".into(),
+        ));
     }
     let cwd = match &policy.cwd {
         None => workspace.clone(),
         Some(cwd) => {
-            let cwd = if cwd.is_absolute() { cwd.clone() } else { workspace.join(cwd) };
+            let cwd = if cwd.is_absolute() {
+                cwd.clone()
+            } else {
+                workspace.join(cwd)
+            };
             let cwd = existing_dir(&cwd, "the working directory")?;
             if !cwd.starts_with(&workspace) {
                 return Err(SandboxError::Policy(format!(
@@ -86,7 +94,13 @@ pub(super) fn arguments(policy: &SandboxPolicy) -> Result<Vec<OsString>, Sandbox
     let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
     // Namespaces. The user namespace comes first: without it, a host that
     // runs as root would give the sandbox real root.
-    push(&["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]);
+    push(&[
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]);
     if !policy.network {
         push(&["--unshare-net"]);
     }
@@ -107,10 +121,18 @@ pub(super) fn arguments(policy: &SandboxPolicy) -> Result<Vec<OsString>, Sandbox
     for dir in SYSTEM_DIRS {
         system_entry(&mut a, Path::new(dir));
     }
-    for file in ETC_ALWAYS.iter().chain(if policy.network { ETC_NETWORK } else { &[] }) {
+    for file in ETC_ALWAYS
+        .iter()
+        .chain(if policy.network { ETC_NETWORK } else { &[] })
+    {
         system_entry(&mut a, Path::new(file));
     }
-    a.extend(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"].map(OsString::from));
+    a.extend(
+        [
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp",
+        ]
+        .map(OsString::from),
+    );
 
     // The policy's mounts, parents before children so that a hidden path
     // inside a bound directory is covered, and a bound path inside a hidden
@@ -123,7 +145,9 @@ pub(super) fn arguments(policy: &SandboxPolicy) -> Result<Vec<OsString>, Sandbox
     for path in &policy.read_only_paths {
         let path = existing(path, "a read-only path")?;
         if path == Path::new("/") {
-            return Err(SandboxError::Policy("a read-only path cannot be the root directory /".into()));
+            return Err(SandboxError::Policy(
+                "a read-only path cannot be the root directory /".into(),
+            ));
         }
         mounts.push(Mount::ReadOnly(path));
     }
@@ -132,7 +156,9 @@ pub(super) fn arguments(policy: &SandboxPolicy) -> Result<Vec<OsString>, Sandbox
         // A path that does not exist cannot be seen; one that exists is
         // covered only where a bound directory contains it (elsewhere it is
         // absent from the sandbox's root anyway).
-        let Ok(hidden) = hidden.canonicalize() else { continue };
+        let Ok(hidden) = hidden.canonicalize() else {
+            continue;
+        };
         if hidden.is_dir() && bound.iter().any(|b| hidden.starts_with(b) && hidden != *b) {
             mounts.push(Mount::Hide(hidden));
         } else if bound.iter().any(|b| hidden.starts_with(b) && hidden != *b) {
@@ -185,7 +211,10 @@ fn system_entry(a: &mut Vec<OsString>, path: &Path) {
 /// real one and `..` cannot lead elsewhere); it must be absolute and exist.
 fn existing(path: &Path, what: &str) -> Result<PathBuf, SandboxError> {
     if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
-        return Err(SandboxError::Policy(format!("{what} must be an absolute path without `..`: {}", path.display())));
+        return Err(SandboxError::Policy(format!(
+            "{what} must be an absolute path without `..`: {}",
+            path.display()
+        )));
     }
     path.canonicalize()
         .map_err(|e| SandboxError::Policy(format!("{what} {} cannot be used: {e}", path.display())))
@@ -194,7 +223,10 @@ fn existing(path: &Path, what: &str) -> Result<PathBuf, SandboxError> {
 fn existing_dir(path: &Path, what: &str) -> Result<PathBuf, SandboxError> {
     let path = existing(path, what)?;
     if !path.is_dir() {
-        return Err(SandboxError::Policy(format!("{what} {} is not a directory", path.display())));
+        return Err(SandboxError::Policy(format!(
+            "{what} {} is not a directory",
+            path.display()
+        )));
     }
     Ok(path)
 }
@@ -204,7 +236,10 @@ mod tests {
     use super::*;
 
     fn policy(workspace: &Path) -> SandboxPolicy {
-        SandboxPolicy { workspace: workspace.to_path_buf(), ..SandboxPolicy::default() }
+        SandboxPolicy {
+            workspace: workspace.to_path_buf(),
+            ..SandboxPolicy::default()
+        }
     }
 
     fn strings(a: &[OsString]) -> Vec<String> {
@@ -231,12 +266,16 @@ mod tests {
         let mut p = policy(&ws);
         // The data dir's parent is bound read-only (as a careless extra
         // path would): the data dir is covered, the workspace bound on top.
-        p.read_only_paths.push(data.path().parent().unwrap().to_path_buf());
+        p.read_only_paths
+            .push(data.path().parent().unwrap().to_path_buf());
         p.hidden_paths.push(data.path().to_path_buf());
         let a = strings(&arguments(&p).unwrap());
         let data = data.path().canonicalize().unwrap().display().to_string();
         let ws = ws.canonicalize().unwrap().display().to_string();
-        let hide = a.iter().position(|s| *s == data).expect("the data dir is covered");
+        let hide = a
+            .iter()
+            .position(|s| *s == data)
+            .expect("the data dir is covered");
         assert_eq!(a[hide - 1], "--tmpfs");
         let bind = a.iter().rposition(|s| *s == ws).unwrap();
         assert!(bind > hide, "{a:?}");
@@ -245,9 +284,18 @@ mod tests {
     #[test]
     fn bad_policies_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(arguments(&policy(Path::new("/"))), Err(SandboxError::Policy(_))));
-        assert!(matches!(arguments(&policy(Path::new("relative"))), Err(SandboxError::Policy(_))));
-        assert!(matches!(arguments(&policy(&dir.path().join("missing"))), Err(SandboxError::Policy(_))));
+        assert!(matches!(
+            arguments(&policy(Path::new("/"))),
+            Err(SandboxError::Policy(_))
+        ));
+        assert!(matches!(
+            arguments(&policy(Path::new("relative"))),
+            Err(SandboxError::Policy(_))
+        ));
+        assert!(matches!(
+            arguments(&policy(&dir.path().join("missing"))),
+            Err(SandboxError::Policy(_))
+        ));
         let mut p = policy(dir.path());
         p.cwd = Some(PathBuf::from("/tmp"));
         assert!(matches!(arguments(&p), Err(SandboxError::Policy(_))));

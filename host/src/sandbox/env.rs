@@ -9,17 +9,30 @@ use super::SandboxError;
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
 /// The variables, in order (a later one wins in bubblewrap).
-pub(super) fn environment(workspace: &Path, extra: &[(String, String)]) -> Result<Vec<(String, String)>, SandboxError> {
+pub(super) fn environment(
+    workspace: &Path,
+    extra: &[(String, String)],
+) -> Result<Vec<(String, String)>, SandboxError> {
     // LANG and TERM are copied when they look like what they claim to be
     // (they choose the encoding and escape sequences the program prints),
     // otherwise a safe default.
     let lang = std::env::var("LANG")
         .ok()
-        .filter(|v| !v.is_empty() && v.len() < 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b)))
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() < 64
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b))
+        })
         .unwrap_or_else(|| "C.UTF-8".into());
     let term = std::env::var("TERM")
         .ok()
-        .filter(|v| !v.is_empty() && v.len() < 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-+".contains(&b)))
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() < 64
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-+".contains(&b))
+        })
         .unwrap_or_else(|| "dumb".into());
     let mut vars = vec![
         ("PATH".to_string(), PATH.to_string()),
@@ -29,7 +42,9 @@ pub(super) fn environment(workspace: &Path, extra: &[(String, String)]) -> Resul
     ];
     for (name, value) in extra {
         if name.is_empty() || name.contains('=') || name.contains('\0') || value.contains('\0') {
-            return Err(SandboxError::Policy(format!("bad environment variable name or value: {name:?}")));
+            return Err(SandboxError::Policy(format!(
+                "bad environment variable name or value: {name:?}"
+            )));
         }
         vars.push((name.clone(), value.clone()));
     }

@@ -65,7 +65,10 @@ pub(super) fn prefix(limits: &SandboxLimits) -> Result<Vec<OsString>, SandboxErr
         ("--nofile", limits.open_files),
         ("--fsize", limits.file_size_bytes),
     ];
-    let set: Vec<OsString> = pairs.iter().filter_map(|(flag, v)| v.map(|v| format!("{flag}={v}").into())).collect();
+    let set: Vec<OsString> = pairs
+        .iter()
+        .filter_map(|(flag, v)| v.map(|v| format!("{flag}={v}").into()))
+        .collect();
     if set.is_empty() {
         return Ok(Vec::new());
     }

@@ -74,7 +74,11 @@ pub enum SandboxError {
 /// (stdin, stdout and stderr are the caller's to set). The process is
 /// killed when the returned command's child is dropped (`kill_on_drop`), and
 /// with the host (`--die-with-parent`).
-pub fn command(program: &str, args: &[String], policy: &SandboxPolicy) -> Result<tokio::process::Command, SandboxError> {
+pub fn command(
+    program: &str,
+    args: &[String],
+    policy: &SandboxPolicy,
+) -> Result<tokio::process::Command, SandboxError> {
     if program.is_empty() {
         return Err(SandboxError::Policy("the program to run is empty".into()));
     }

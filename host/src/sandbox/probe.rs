@@ -21,18 +21,28 @@ fn cache() -> &'static Mutex<HashMap<PathBuf, Result<(), String>>> {
 pub(super) fn available(configured: Option<&Path>) -> Result<PathBuf, SandboxError> {
     let bwrap = locate(configured)?;
     let mut cache = cache().lock().unwrap_or_else(|e| e.into_inner());
-    let answer = cache.entry(bwrap.clone()).or_insert_with(|| probe(&bwrap)).clone();
+    let answer = cache
+        .entry(bwrap.clone())
+        .or_insert_with(|| probe(&bwrap))
+        .clone();
     drop(cache);
     answer.map(|()| bwrap).map_err(SandboxError::Unavailable)
 }
 
 fn locate(configured: Option<&Path>) -> Result<PathBuf, SandboxError> {
-    let named = configured.map(Path::to_path_buf).or_else(|| std::env::var_os(BWRAP_ENV).filter(|v| !v.is_empty()).map(PathBuf::from));
+    let named = configured.map(Path::to_path_buf).or_else(|| {
+        std::env::var_os(BWRAP_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    });
     if let Some(path) = named {
         return if path.is_file() {
             Ok(path)
         } else {
-            Err(SandboxError::Unavailable(format!("bubblewrap is not at {} ({BWRAP_ENV}): {INSTALL}", path.display())))
+            Err(SandboxError::Unavailable(format!(
+                "bubblewrap is not at {} ({BWRAP_ENV}): {INSTALL}",
+                path.display()
+            )))
         };
     }
     std::env::var_os("PATH")
@@ -40,7 +50,9 @@ fn locate(configured: Option<&Path>) -> Result<PathBuf, SandboxError> {
         .flat_map(std::env::split_paths)
         .map(|dir| dir.join("bwrap"))
         .find(|p| is_executable(p))
-        .ok_or_else(|| SandboxError::Unavailable(format!("bubblewrap (`bwrap`) is not installed: {INSTALL}")))
+        .ok_or_else(|| {
+            SandboxError::Unavailable(format!("bubblewrap (`bwrap`) is not installed: {INSTALL}"))
+        })
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -52,15 +64,36 @@ fn is_executable(path: &Path) -> bool {
 fn probe(bwrap: &Path) -> Result<(), String> {
     let out = std::process::Command::new(bwrap)
         .env_clear()
-        .args(["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--disable-userns"])
-        .args(["--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"])
+        .args([
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-net",
+            "--disable-userns",
+        ])
+        .args([
+            "--cap-drop",
+            "ALL",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+        ])
         .args(["--setenv", "PATH", "/usr/bin:/bin", "true"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output();
     match out {
-        Err(e) => Err(format!("bubblewrap at {} does not run ({e}): {INSTALL}", bwrap.display())),
+        Err(e) => Err(format!(
+            "bubblewrap at {} does not run ({e}): {INSTALL}",
+            bwrap.display()
+        )),
         Ok(out) if out.status.success() => {
             tracing::debug!(bwrap = %bwrap.display(), "bubblewrap works here");
             Ok(())

@@ -22,7 +22,11 @@ async fn login_prints_the_url_saves_tokens_600_and_never_shows_them() {
     )
     .unwrap();
     let mut cmd = tokio::process::Command::from(chitin(home.path(), &["mcp", "login", "remote"]));
-    cmd.env("CHITIN_NO_BROWSER", "1").env("RUST_LOG", "trace").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.env("CHITIN_NO_BROWSER", "1")
+        .env("RUST_LOG", "trace")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = cmd.kill_on_drop(true).spawn().unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let errors = tokio::spawn(async move {
@@ -40,12 +44,19 @@ async fn login_prints_the_url_saves_tokens_600_and_never_shows_them() {
             .unwrap_or_else(|| panic!("stdout ended without a URL: {stdout}"));
         stdout.push_str(&line);
         stdout.push('\n');
-        if let Some(url) = line.trim().strip_prefix(&format!("{}/authorize?", mock.base)) {
+        if let Some(url) = line
+            .trim()
+            .strip_prefix(&format!("{}/authorize?", mock.base))
+        {
             break format!("{}/authorize?{url}", mock.base);
         }
     };
     assert_eq!(browse(url).await, 200);
-    while let Some(line) = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.unwrap().unwrap() {
+    while let Some(line) = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+    {
         stdout.push_str(&line);
         stdout.push('\n');
     }
@@ -55,9 +66,18 @@ async fn login_prints_the_url_saves_tokens_600_and_never_shows_them() {
     assert!(stdout.contains("Logged in to `remote`"), "{stdout}");
     assert_eq!(mock.seen.lock().unwrap().authorize["scope"], "notes.read");
     let file = home.path().join("mcp/oauth/remote.json");
-    assert!(std::fs::read_to_string(&file).unwrap().contains(ACCESS_1), "the token was saved");
-    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(
+        std::fs::read_to_string(&file).unwrap().contains(ACCESS_1),
+        "the token was saved"
+    );
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     for secret in [ACCESS_1, "RT-1", "CODE-1"] {
-        assert!(!stdout.contains(secret) && !stderr.contains(secret), "{secret} leaked:\n{stdout}\n{stderr}");
+        assert!(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "{secret} leaked:\n{stdout}\n{stderr}"
+        );
     }
 }

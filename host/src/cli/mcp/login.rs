@@ -10,9 +10,17 @@ use chitin::app::AppOptions;
 use chitin::config::{Config, DataDir};
 use chitin::mcp::oauth;
 
-pub(super) async fn run(name: &str, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
-    let config_file = options.config_file.clone().unwrap_or_else(|| data.config_file());
-    let config = Config::load(&config_file).with_context(|| format!("reading {}", config_file.display()))?;
+pub(super) async fn run(
+    name: &str,
+    data: DataDir,
+    options: AppOptions,
+) -> anyhow::Result<ExitCode> {
+    let config_file = options
+        .config_file
+        .clone()
+        .unwrap_or_else(|| data.config_file());
+    let config =
+        Config::load(&config_file).with_context(|| format!("reading {}", config_file.display()))?;
     let (url, settings) = oauth::settings(&config, name)?;
     oauth::login(data.root(), name, &url, &settings, |authorize| {
         println!("Open this URL to log in to `{name}`:\n\n  {authorize}\n");
@@ -31,6 +39,9 @@ pub(super) async fn run(name: &str, data: DataDir, options: AppOptions) -> anyho
     })
     .await
     .with_context(|| format!("logging in to `{name}`"))?;
-    println!("Logged in to `{name}`; the tokens are in {}/mcp/oauth/{name}.json (mode 600).", data.root().display());
+    println!(
+        "Logged in to `{name}`; the tokens are in {}/mcp/oauth/{name}.json (mode 600).",
+        data.root().display()
+    );
     Ok(ExitCode::SUCCESS)
 }

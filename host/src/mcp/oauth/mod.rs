@@ -39,7 +39,9 @@ pub enum OAuthError {
     #[error("{0}")]
     Protocol(String),
     /// The redirect carried another `state` than the one sent.
-    #[error("the redirect's state does not match the login's: refused (another page may be trying to log you in)")]
+    #[error(
+        "the redirect's state does not match the login's: refused (another page may be trying to log you in)"
+    )]
     StateMismatch,
     /// The user (or the server) denied the authorization.
     #[error("authorization denied: {0}")]
@@ -61,26 +63,39 @@ pub enum OAuthError {
 const REFRESH_MARGIN_SECS: u64 = 60;
 
 fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// The access token to send to server `name` (refreshed first when it is
 /// about to expire), or `None` when the user never logged in to it.
-pub async fn access_token(data_root: &Path, name: &str, server_url: &str) -> Result<Option<String>, OAuthError> {
+pub async fn access_token(
+    data_root: &Path,
+    name: &str,
+    server_url: &str,
+) -> Result<Option<String>, OAuthError> {
     let path = store::path(data_root, name)?;
-    let Some(mut tokens) = store::load(&path)? else { return Ok(None) };
+    let Some(mut tokens) = store::load(&path)? else {
+        return Ok(None);
+    };
     if tokens.server_url != server_url {
         return Err(OAuthError::LoginNeeded(format!(
             "the tokens of `{name}` were issued for {}, not {server_url}",
             tokens.server_url
         )));
     }
-    let fresh = tokens.expires_at.is_none_or(|at| at > now_secs() + REFRESH_MARGIN_SECS);
+    let fresh = tokens
+        .expires_at
+        .is_none_or(|at| at > now_secs() + REFRESH_MARGIN_SECS);
     if fresh {
         return Ok(Some(tokens.access_token));
     }
     let Some(refresh) = tokens.refresh_token.clone() else {
-        return Err(OAuthError::LoginNeeded(format!("the access token of `{name}` expired and there is no refresh token")));
+        return Err(OAuthError::LoginNeeded(format!(
+            "the access token of `{name}` expired and there is no refresh token"
+        )));
     };
     let client = fetch::Client::new(server_url)?;
     let mut form = vec![
