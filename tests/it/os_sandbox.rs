@@ -410,7 +410,7 @@ async fn a_fork_bomb_is_contained() {
     // A bounded bomb (200 sleepers) so that an uncontained one cannot hurt
     // the machine; it counts how many forks succeeded, then exits, leaving
     // its sleepers behind.
-    let script = "n=0; for i in $(seq 1 200); do if sleep 30 2>/dev/null & then n=$((n+1)); fi; done; echo started=$n; ps -e 2>/dev/null | wc -l";
+    let script = "n=0; for i in $(seq 1 200); do if sleep 31.713 2>/dev/null & then n=$((n+1)); fi; done; echo started=$n; ps -e 2>/dev/null | wc -l";
     let run = sandboxed(&p, script).await;
     assert!(
         run.stdout.contains("started="),
@@ -418,8 +418,12 @@ async fn a_fork_bomb_is_contained() {
         run.stdout,
         run.stderr
     );
+    // How many processes were alive inside at the end (ps's header aside).
+    let alive: usize = run.stdout.lines().last().and_then(|l| l.trim().parse().ok()).expect("ps counted");
+    assert!(alive > 20, "the bomb really forked: {}", run.stdout);
     let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
     if !root {
+        assert!(alive <= 40, "no more processes than the cap: {alive}");
         // RLIMIT_NPROC, counted in the sandbox's user namespace.
         assert!(
             run.stderr.contains("fork") || run.stderr.contains("Resource"),
@@ -431,7 +435,7 @@ async fn a_fork_bomb_is_contained() {
     // namespace is the bound — every sleeper died with the sandbox's first
     // process, none is left on the host.
     let leftover = std::process::Command::new("sh")
-        .args(["-c", "ps -eo args | grep -c '^sleep 30$'"])
+        .args(["-c", "ps -eo args | grep -c '^sleep 31.713$'"])
         .output()
         .unwrap();
     assert_eq!(
