@@ -408,25 +408,30 @@ async fn a_fork_bomb_is_contained() {
         ..policy(&l)
     };
     // A bounded bomb (200 sleepers) so that an uncontained one cannot hurt
-    // the machine; it counts how many forks succeeded, then exits, leaving
-    // its sleepers behind.
-    let script = "n=0; for i in $(seq 1 200); do if sleep 31.713 2>/dev/null & then n=$((n+1)); fi; done; echo started=$n; ps -e 2>/dev/null | wc -l";
+    // the machine. The inner shell forks until it cannot (dash then exits);
+    // the outer one counts the processes alive with builtins only (no fork
+    // is left to run `ps`).
+    let script =
+        "sh -c 'for i in $(seq 1 200); do sleep 31.713 & done'; set -- /proc/[0-9]*; echo alive=$#";
     let run = sandboxed(&p, script).await;
-    assert!(
-        run.stdout.contains("started="),
-        "the bomb ran: {} {}",
-        run.stdout,
-        run.stderr
-    );
-    // How many processes were alive inside at the end (ps's header aside).
-    let alive: usize = run.stdout.lines().last().and_then(|l| l.trim().parse().ok()).expect("ps counted");
-    assert!(alive > 20, "the bomb really forked: {}", run.stdout);
+    let alive: usize = run
+        .stdout
+        .trim()
+        .strip_prefix("alive=")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "the bomb ran and was counted: {} {}",
+                run.stdout, run.stderr
+            )
+        });
+    assert!(alive > 20, "the bomb really forked: {alive}");
     let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
     if !root {
-        assert!(alive <= 40, "no more processes than the cap: {alive}");
         // RLIMIT_NPROC, counted in the sandbox's user namespace.
+        assert!(alive <= 33, "no more processes than the cap: {alive}");
         assert!(
-            run.stderr.contains("fork") || run.stderr.contains("Resource"),
+            run.stderr.contains("fork"),
             "forks past the cap failed: {}",
             run.stderr
         );
