@@ -86,10 +86,22 @@ pub async fn access_token(
             tokens.server_url
         )));
     }
-    let fresh = tokens
-        .expires_at
-        .is_none_or(|at| at > now_secs() + REFRESH_MARGIN_SECS);
-    if fresh {
+    let fresh = |t: &store::Tokens| {
+        t.expires_at
+            .is_none_or(|at| at > now_secs() + REFRESH_MARGIN_SECS)
+    };
+    if fresh(&tokens) {
+        return Ok(Some(tokens.access_token));
+    }
+    // One refresh at a time in this process: a second caller waits, then
+    // finds the new pair (a refresh token may be good for one use only).
+    static REFRESHING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _guard = REFRESHING.lock().await;
+    let Some(reloaded) = store::load(&path)? else {
+        return Ok(None);
+    };
+    tokens = reloaded;
+    if fresh(&tokens) {
         return Ok(Some(tokens.access_token));
     }
     let Some(refresh) = tokens.refresh_token.clone() else {
