@@ -24,6 +24,7 @@ pub mod server;
 mod mock_index;
 mod mock_anthropic;
 mod mock_llm;
+pub mod mock_oauth;
 mod mock_telegram;
 mod mock_web;
 

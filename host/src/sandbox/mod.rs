@@ -8,8 +8,24 @@
 //! There is no silent fallback: when bubblewrap is missing, [`command`]
 //! fails and says what to install; running unsandboxed is the caller's
 //! explicit, loudly shown opt-out (`sandbox = "none"`), never decided here.
+//!
+//! Concerns: [`bwrap`] builds bubblewrap's arguments (the exact list is in
+//! the book, security/os-sandbox.md), [`probe`] finds bubblewrap and checks
+//! once that it can create namespaces here, [`limits`] the resource limits,
+//! [`env`] the sandbox's environment.
+
+mod bwrap;
+mod env;
+mod limits;
+mod probe;
 
 use std::path::PathBuf;
+
+pub use limits::SandboxLimits;
+
+/// The environment variable that names the bubblewrap binary to use instead
+/// of `bwrap` on `PATH` (tests point it at a missing file).
+pub const BWRAP_ENV: &str = "CHITIN_BWRAP";
 
 /// What a sandboxed process may see and do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,6 +47,16 @@ pub struct SandboxPolicy {
     pub env: Vec<(String, String)>,
     /// Working directory (inside the workspace); default the workspace.
     pub cwd: Option<PathBuf>,
+    /// Paths that stay invisible even when a bound directory contains them
+    /// (the data dir, `~/.chitin`, the config): each is covered by an empty
+    /// read-only directory. A bound path inside one of them (the default
+    /// workspace, `<data>/workspace`) is still bound, and then alone: its
+    /// parent is not.
+    pub hidden_paths: Vec<PathBuf>,
+    /// The resource limits of the sandboxed process and its children.
+    pub limits: SandboxLimits,
+    /// The bubblewrap binary; default [`BWRAP_ENV`], then `bwrap` on `PATH`.
+    pub bwrap: Option<PathBuf>,
 }
 
 /// Why a sandboxed process cannot be started.
@@ -45,8 +71,26 @@ pub enum SandboxError {
 }
 
 /// A command that runs `program args` inside the sandbox `policy` describes
-/// (stdin, stdout and stderr are the caller's to set).
-pub fn command(program: &str, args: &[String], policy: &SandboxPolicy) -> Result<tokio::process::Command, SandboxError> {
-    let _ = (program, args, policy);
-    Err(SandboxError::Unavailable("not built yet".into()))
+/// (stdin, stdout and stderr are the caller's to set). The process is
+/// killed when the returned command's child is dropped (`kill_on_drop`), and
+/// with the host (`--die-with-parent`).
+pub fn command(
+    program: &str,
+    args: &[String],
+    policy: &SandboxPolicy,
+) -> Result<tokio::process::Command, SandboxError> {
+    if program.is_empty() {
+        return Err(SandboxError::Policy("the program to run is empty".into()));
+    }
+    let bwrap = probe::available(policy.bwrap.as_deref())?;
+    let mut argv = bwrap::arguments(policy)?;
+    argv.extend(limits::prefix(&policy.limits)?);
+    argv.push(program.into());
+    argv.extend(args.iter().map(Into::into));
+    let mut cmd = tokio::process::Command::new(&bwrap);
+    // bwrap's own environment must be empty too: the sandbox's PID 1 is a
+    // fork of bwrap, and its /proc/1/environ is readable from inside.
+    cmd.env_clear().args(argv).kill_on_drop(true);
+    tracing::debug!(bwrap = %bwrap.display(), program, "sandboxed command");
+    Ok(cmd)
 }
