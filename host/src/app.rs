@@ -221,7 +221,12 @@ impl App {
         for error in errors {
             tracing::warn!("MCP server left out: {error}");
         }
-        let settings = crate::mcp::client::ClientSettings { workspace: self.workspace.root().to_path_buf(), max_output_bytes: self.config.limits.max_output_bytes() };
+        let settings = crate::mcp::client::ClientSettings {
+            workspace: self.workspace.root().to_path_buf(),
+            max_output_bytes: self.config.limits.max_output_bytes(),
+            data_root: self.data.root().to_path_buf(),
+            hidden_paths: vec![self.data.root().to_path_buf(), self.data.config_file()],
+        };
         crate::mcp::client::McpClients::start(servers, settings)
     }
 

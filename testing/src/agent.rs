@@ -92,6 +92,8 @@ pub struct TestAgent {
     pub services: Arc<chitin::features::services::AgentServices>,
     /// Its Dream (behind `/dream*`).
     pub dream: Arc<chitin::features::dream::Dream>,
+    /// The MCP servers of the config (none unless it names some).
+    pub mcp: Arc<chitin::mcp::client::McpClients>,
     /// Owns the data dir.
     pub home: tempfile::TempDir,
     /// The provider the agent was built over (for [`TestAgent::rewired`]).
@@ -172,7 +174,7 @@ impl TestAgent {
         let wired = app.agent(provider.clone(), bus.clone());
         let mut core = wired.core;
         customize(&mut core);
-        TestAgent { mock, agent: AgentLoop::new(Arc::new(core)), bus, recorder, app, services: wired.services, dream: wired.dream, home, provider }
+        TestAgent { mock, agent: AgentLoop::new(Arc::new(core)), bus, recorder, app, services: wired.services, dream: wired.dream, mcp: wired.mcp, home, provider }
     }
 
     /// The same agent built again over the same data dir, bus and model,
@@ -183,6 +185,7 @@ impl TestAgent {
         self.agent = AgentLoop::new(Arc::new(wired.core));
         self.services = wired.services;
         self.dream = wired.dream;
+        self.mcp = wired.mcp;
         self
     }
 

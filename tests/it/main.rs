@@ -12,6 +12,7 @@ mod docs;
 mod dream;
 mod goals;
 mod manifest;
+mod mcp_client;
 mod memory;
 mod mcp_oauth;
 mod messaging;

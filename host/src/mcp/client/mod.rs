@@ -46,6 +46,11 @@ pub struct ClientSettings {
     pub workspace: std::path::PathBuf,
     /// The bound of one tool result, in bytes (`[limits]`, as plugin output).
     pub max_output_bytes: usize,
+    /// The data dir: OAuth tokens are kept there, and a sandboxed server
+    /// never sees it (nor the other `hidden_paths`).
+    pub data_root: std::path::PathBuf,
+    /// Paths a sandboxed server must not see (the data dir, the config).
+    pub hidden_paths: Vec<std::path::PathBuf>,
 }
 
 /// All configured servers, each supervised. Dropping it stops them all
@@ -358,12 +363,16 @@ async fn connect(source: &Arc<ServerSource>) -> Result<Connection, String> {
                 }
                 let headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                 let client = http::PolicyHttp::new(&source.label, url, &headers, &secrets)?;
-                let transport = StreamableHttpClientTransport::with_client(client, StreamableHttpClientTransportConfig::with_uri(url.as_str()));
+                let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                // A server the user logged in to (`chitin mcp login`) gets
+                // its token, refreshed first when it is about to expire.
+                transport_config.auth_header = super::oauth::access_token(&source.settings.data_root, &source.name, url).await.map_err(|e| (source.redact)(&e.to_string()))?;
+                let transport = StreamableHttpClientTransport::with_client(client, transport_config);
                 let service = rmcp::serve_client(listener, transport).await.map_err(|e| (source.redact)(&e.to_string()))?;
                 Ok(Connection { service, _child: None })
             }
             (None, Some(command)) => {
-                let (child, transport) = stdio::spawn(&source.name, command, config, &source.settings.workspace)?;
+                let (child, transport) = stdio::spawn(&source.name, command, config, &source.settings.workspace, &source.settings.hidden_paths)?;
                 let service = rmcp::serve_client(listener, transport).await.map_err(|e| format!("the MCP handshake failed: {e}"))?;
                 Ok(Connection { service, _child: Some(child) })
             }

@@ -29,7 +29,7 @@ impl Drop for Child {
 
 /// Starts `command` for server `name`: the process, and its stdout/stdin
 /// as the MCP transport.
-pub fn spawn(name: &str, command: &str, config: &McpServerConfig, workspace: &Path) -> Result<(Child, (ChildStdout, ChildStdin)), String> {
+pub fn spawn(name: &str, command: &str, config: &McpServerConfig, workspace: &Path, hidden: &[std::path::PathBuf]) -> Result<(Child, (ChildStdout, ChildStdin)), String> {
     let mut env = Vec::new();
     for (key, raw) in &config.env {
         let value = crate::env::expand_env(raw, &format!("mcp_servers.{name}.env.{key}")).map_err(|e| e.to_string())?;
@@ -44,6 +44,10 @@ pub fn spawn(name: &str, command: &str, config: &McpServerConfig, workspace: &Pa
                 network: config.network,
                 env,
                 cwd: None,
+                // The data dir and the config stay out of sight even when
+                // the workspace lies inside the data dir.
+                hidden_paths: hidden.to_vec(),
+                ..SandboxPolicy::default()
             };
             crate::sandbox::command(command, &config.args, &policy).map_err(|e| {
                 format!("{e}; to run this server without the OS sandbox, set `sandbox = \"none\"` under [mcp_servers.{name}] (it then runs with your rights)")
