@@ -158,6 +158,11 @@ fn check_free_form(config: &Config) -> Vec<String> {
             problems.push(format!("[channels.{name}]: {e}"));
         }
     }
+    for (name, raw) in &config.mcp_servers {
+        if let Err(e) = chitin::mcp::config::parse_one(name, raw) {
+            problems.push(e.to_string());
+        }
+    }
     for (name, grant) in &config.plugins {
         let Some(manifest) = builtin_manifest(name) else { continue };
         for secret in grant.secrets.0.keys() {
@@ -174,11 +179,11 @@ fn check_free_form(config: &Config) -> Vec<String> {
 /// settings are maps whose keys are the user's, so their names are
 /// written `*`).
 fn key_paths(value: &toml::Value, prefix: &str, out: &mut BTreeSet<String>) {
-    let map_of_user_keys = ["plugins", "providers", "channels", "publishers"];
+    let map_of_user_keys = ["plugins", "providers", "channels", "publishers", "mcp_servers"];
     match value {
         toml::Value::Table(table) => {
             for (key, value) in table {
-                let key = if map_of_user_keys.contains(&prefix) || prefix.ends_with(".settings") || prefix.ends_with(".secrets") || prefix.ends_with(".api_base") { "*" } else { key.as_str() };
+                let key = if map_of_user_keys.contains(&prefix) || prefix.ends_with(".settings") || prefix.ends_with(".secrets") || prefix.ends_with(".api_base") || prefix.ends_with(".headers") || prefix.ends_with(".env") { "*" } else { key.as_str() };
                 let path = if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") };
                 out.insert(path.clone());
                 key_paths(value, &path, out);
@@ -281,6 +286,20 @@ fn every_config_key_is_documented_in_the_book() {
     config.workspace = Some("w".into());
     config.plugin_index.push(chitin::market::index::IndexSource { name: "i".into(), url: "file:///i.json".into(), keys: vec!["k".into()], timeout_secs: 1 });
     config.publishers.insert("p".into(), chitin::market::index::PublisherConfig { keys: vec!["k".into()] });
+    // Every key of an MCP server: a remote one's and a stdio one's.
+    let mut remote = chitin::mcp::config::McpServerConfig::remote("https://x/mcp");
+    remote.headers.insert("H".into(), "v".into());
+    remote.secrets.insert("t".into(), "v".into());
+    remote.transport = chitin::mcp::config::RemoteTransport::Sse;
+    remote.tools = Some(vec!["t".into()]);
+    remote.oauth = Some(chitin::mcp::config::OAuthConfig { client_id: Some("c".into()), client_secret: Some("s".into()), scopes: vec!["s".into()] });
+    let mut stdio = chitin::mcp::config::McpServerConfig::stdio("c", vec!["a".into()]);
+    stdio.env.insert("E".into(), "v".into());
+    stdio.sandbox = chitin::mcp::config::SandboxMode::None;
+    stdio.read_only_paths.push("/p".into());
+    stdio.network = true;
+    config.mcp_servers.insert("r".into(), toml::Value::try_from(&remote).unwrap());
+    config.mcp_servers.insert("s".into(), toml::Value::try_from(&stdio).unwrap());
     let mut wanted = BTreeSet::new();
     key_paths(&toml::Value::try_from(&config).expect("the config serialises"), "", &mut wanted);
     for key in ["agent.subagents.keep_alive_secs", "limits.max_table_elements", "gateway.allowed_hosts", "plugins.*.api_base", "plugin_index.timeout_secs", "workspace"] {

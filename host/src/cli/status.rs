@@ -50,6 +50,22 @@ pub(super) fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode
             outln!("  {:<12} {}", shown(name, 64, "name"), for_terminal(&line))?;
         }
     }
+    let (servers, errors) = chitin::mcp::config::parse_all(&app.config.mcp_servers);
+    if servers.is_empty() && errors.is_empty() {
+        outln!("mcp:        none")?;
+    } else {
+        outln!("mcp:")?;
+        for (name, config) in &servers {
+            let enabled = if config.enabled { "" } else { " (disabled)" };
+            outln!("  {:<12} {}{enabled}", shown(name, 64, "name"), for_terminal(&config.describe()))?;
+            if config.command.is_some() && config.sandbox == chitin::mcp::config::SandboxMode::None {
+                outln!("  {:<12} {}", "", red("runs WITHOUT the OS sandbox, with your rights (sandbox = \"none\")"))?;
+            }
+        }
+        for error in errors {
+            outln!("  INVALID — {}", for_terminal(&error.to_string()))?;
+        }
+    }
     let limits = &app.config.limits;
     // Read without a gateway; a corrupt file is shown, never rewritten.
     match chitin::features::cron::CronService::open(chitin::features::cron::CronService::jobs_file(app.data.root()), std::sync::Arc::new(chitin::compact::SystemClock)) {
@@ -98,4 +114,10 @@ fn provider_line(provider: Result<(String, chitin::config::ProviderConfig), chit
         }
         Err(e) => for_terminal(&format!("NOT CONFIGURED — {e}")).into_owned(),
     }
+}
+
+/// `text` in red when stdout is a terminal (a warning a person must not
+/// miss); plain in a pipe or a file.
+pub(super) fn red(text: &str) -> String {
+    if std::io::IsTerminal::is_terminal(&std::io::stdout()) { format!("\x1b[1;31m{text}\x1b[0m") } else { text.to_string() }
 }

@@ -95,6 +95,25 @@ pub struct McpServerConfig {
     /// Only these of the server's tools (by the server's names).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<String>>,
+    /// `chitin mcp login` for a server that needs OAuth (read by
+    /// `crate::mcp::oauth`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthConfig>,
+}
+
+/// `[mcp_servers.NAME.oauth]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// A client registered beforehand; without it chitin registers itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// Only for a confidential client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// The scopes asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
 }
 
 fn enabled_by_default() -> bool {
@@ -136,6 +155,7 @@ impl McpServerConfig {
             timeout_secs: default_timeout_secs(),
             startup_timeout_secs: default_startup_timeout_secs(),
             tools: None,
+            oauth: None,
         }
     }
 

@@ -16,6 +16,7 @@ mod cli_hardening;
 mod exactly_once;
 mod gateway;
 mod market;
+mod mcp_cli;
 mod mcp_login;
 mod providers;
 mod sandbox_cli;

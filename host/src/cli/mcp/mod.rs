@@ -1,10 +1,8 @@
-//! `chitin mcp`: the MCP servers the agent uses (`list`, `add`, `remove`,
-//! `tools`, `doctor`: [`client`]; `login`: [`login`]) and chitin as an MCP
-//! server (`serve`: [`serve`]).
+//! `chitin mcp`: the MCP servers the agent uses (`list`, `tools`, `doctor`:
+//! [`client`]; `login`: [`login`]).
 
 mod client;
 mod login;
-mod serve;
 
 use std::process::ExitCode;
 
@@ -18,13 +16,6 @@ use chitin::config::DataDir;
 pub(crate) enum McpCommand {
     /// The configured MCP servers: transport, sandbox, whether enabled.
     List,
-    /// Add a server to config.toml (`--url URL`, or `-- COMMAND ARGS...`).
-    Add(client::AddArgs),
-    /// Remove a server from config.toml.
-    Remove {
-        /// The server's name (`[mcp_servers.NAME]`).
-        name: String,
-    },
     /// Connect to a server (every enabled one without NAME) and list its tools.
     Tools {
         /// The server's name.
@@ -41,13 +32,10 @@ pub(crate) enum McpCommand {
         /// The server's name.
         name: String,
     },
-    /// Serve the plugins' tools to an MCP client over stdio.
-    Serve(serve::ServeArgs),
 }
 
 pub(super) async fn run(cmd: McpCommand, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     match cmd {
-        McpCommand::Serve(args) => serve::run(args, data, options).await,
         McpCommand::Login { name } => login::run(&name, data, options).await,
         other => client::run(other, data, options).await,
     }
