@@ -179,7 +179,8 @@ impl PolicyHttp {
     /// An SSE body as events, each bounded, redacted.
     fn events(&self, response: reqwest::Response) -> BoxStream<'static, Result<Sse, SseError>> {
         let this = self.clone();
-        let bytes = bounded_events(response.bytes_stream(), MAX_EVENT_BYTES);
+        let body = response.bytes_stream().map(|chunk| chunk.map_err(|e| std::io::Error::other(e.without_url().to_string())));
+        let bytes = bounded_events(body, MAX_EVENT_BYTES);
         SseStream::from_bytes_stream(bytes)
             .map(move |event| {
                 event.map(|mut sse| {
@@ -232,24 +233,61 @@ async fn read_bounded(response: reqwest::Response, cap: usize) -> Result<Vec<u8>
 
 /// The body's bytes, failing once one event (the bytes since the last blank
 /// line) grows past `cap`: a server that never ends an event cannot grow
-/// the host's buffer without bound.
+/// the host's buffer without bound. Lines may end in `\n`, `\r\n` or `\r`
+/// (as SSE allows), and a blank line split across two chunks still ends
+/// the event.
 fn bounded_events(
-    stream: impl futures::Stream<Item = Result<Bytes, reqwest::Error>> + Send + 'static,
+    stream: impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
     cap: usize,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
-    let mut pending = 0usize;
+    let mut size = EventSize::default();
     stream.map(move |chunk| {
-        let chunk = chunk.map_err(|e| std::io::Error::other(e.without_url().to_string()))?;
-        let since_blank = match chunk.windows(2).rposition(|w| w == b"\n\n" || w == b"\r\n") {
-            Some(at) => chunk.len() - at,
-            None => pending + chunk.len(),
-        };
-        pending = since_blank;
-        if pending > cap {
+        let chunk = chunk?;
+        if size.feed(&chunk) > cap {
             return Err(std::io::Error::other(format!("an event from the server is over {cap} bytes")));
         }
         Ok(chunk)
     })
+}
+
+/// The size of the SSE event being received, across chunks.
+#[derive(Default)]
+struct EventSize {
+    /// Bytes of the current event.
+    event: usize,
+    /// Bytes of the current line (0: at the start of a line).
+    line: usize,
+    /// The last byte was a `\r`: a `\n` right after it ends no other line.
+    after_cr: bool,
+}
+
+impl EventSize {
+    /// Takes in `bytes`; returns the largest event size reached.
+    fn feed(&mut self, bytes: &[u8]) -> usize {
+        let mut largest = self.event;
+        for &byte in bytes {
+            if std::mem::take(&mut self.after_cr) && byte == b'\n' {
+                continue;
+            }
+            match byte {
+                b'\n' | b'\r' => {
+                    if self.line == 0 {
+                        self.event = 0;
+                    } else {
+                        self.line = 0;
+                        self.event += 1;
+                    }
+                    self.after_cr = byte == b'\r';
+                }
+                _ => {
+                    self.line += 1;
+                    self.event += 1;
+                    largest = largest.max(self.event);
+                }
+            }
+        }
+        largest
+    }
 }
 
 fn extra_headers(session_id: Option<&str>, custom: HashMap<HeaderName, HeaderValue>) -> Vec<(HeaderName, HeaderValue)> {
@@ -347,3 +385,45 @@ impl StreamableHttpClient for PolicyHttp {
 // The header constants name what rmcp expects; referenced so a rename in
 // rmcp fails here at compile time rather than silently in a request.
 const _: (&str, &str) = (HEADER_SESSION_ID, HEADER_LAST_EVENT_ID);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn run(chunks: &[&str], cap: usize) -> Result<usize, String> {
+        let stream = futures::stream::iter(chunks.iter().map(|c| Ok(Bytes::copy_from_slice(c.as_bytes()))).collect::<Vec<_>>());
+        let mut events = std::pin::pin!(bounded_events(stream, cap));
+        let mut chunks = 0;
+        while let Some(chunk) = events.next().await {
+            chunk.map_err(|e| e.to_string())?;
+            chunks += 1;
+        }
+        Ok(chunks)
+    }
+
+    #[tokio::test]
+    async fn an_event_that_never_ends_is_cut_whatever_its_line_endings() {
+        // A hostile server sends data lines and never the blank line: with
+        // `\r\n` endings an earlier version counted every line as an end.
+        let lines = vec!["data: xxxxxxxxxx\r\n"; 20];
+        let err = run(&lines, 100).await.unwrap_err();
+        assert!(err.contains("over 100 bytes"), "{err}");
+        let lines = vec!["data: xxxxxxxxxx\n"; 20];
+        assert!(run(&lines, 100).await.is_err());
+        let lines = vec!["data: xxxxxxxxxx\r"; 20];
+        assert!(run(&lines, 100).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn many_small_events_pass_even_when_a_blank_line_is_split_across_chunks() {
+        // Each event is ~20 bytes; 50 of them are 1000 bytes in all.
+        let mut chunks = Vec::new();
+        for _ in 0..50 {
+            chunks.push("data: xxxxxxxxxx\r\n\r");
+            chunks.push("\n");
+        }
+        assert_eq!(run(&chunks, 100).await.unwrap(), 100);
+        let crlf = vec!["data: xxxxxxxxxx\r\n\r\n"; 50];
+        assert_eq!(run(&crlf, 100).await.unwrap(), 50);
+    }
+}
