@@ -221,13 +221,19 @@ impl App {
         for error in errors {
             tracing::warn!("MCP server left out: {error}");
         }
-        let settings = crate::mcp::client::ClientSettings {
+        crate::mcp::client::McpClients::start(servers, self.mcp_client_settings())
+    }
+
+    /// What every MCP server of this host is given: the workspace, the
+    /// output bound, the data dir (OAuth tokens), and what a sandboxed one
+    /// must never see (the data dir, the config).
+    pub fn mcp_client_settings(&self) -> crate::mcp::client::ClientSettings {
+        crate::mcp::client::ClientSettings {
             workspace: self.workspace.root().to_path_buf(),
             max_output_bytes: self.config.limits.max_output_bytes(),
             data_root: self.data.root().to_path_buf(),
             hidden_paths: vec![self.data.root().to_path_buf(), self.data.config_file()],
-        };
-        crate::mcp::client::McpClients::start(servers, settings)
+        }
     }
 
     /// The bus of a long-lived host: durable, over `<data>/inbox` (see

@@ -55,15 +55,8 @@ pub(super) fn run(data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode
         outln!("mcp:        none")?;
     } else {
         outln!("mcp:")?;
-        for (name, config) in &servers {
-            let enabled = if config.enabled { "" } else { " (disabled)" };
-            outln!("  {:<12} {}{enabled}", shown(name, 64, "name"), for_terminal(&config.describe()))?;
-            if config.command.is_some() && config.sandbox == chitin::mcp::config::SandboxMode::None {
-                outln!("  {:<12} {}", "", red("runs WITHOUT the OS sandbox, with your rights (sandbox = \"none\")"))?;
-            }
-        }
-        for error in errors {
-            outln!("  INVALID — {}", for_terminal(&error.to_string()))?;
+        for line in super::mcp::server_lines(&servers, &errors, "  ") {
+            outln!("{line}")?;
         }
     }
     let limits = &app.config.limits;

@@ -16,24 +16,8 @@ pub(super) fn environment(
     // LANG and TERM are copied when they look like what they claim to be
     // (they choose the encoding and escape sequences the program prints),
     // otherwise a safe default.
-    let lang = std::env::var("LANG")
-        .ok()
-        .filter(|v| {
-            !v.is_empty()
-                && v.len() < 64
-                && v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b))
-        })
-        .unwrap_or_else(|| "C.UTF-8".into());
-    let term = std::env::var("TERM")
-        .ok()
-        .filter(|v| {
-            !v.is_empty()
-                && v.len() < 64
-                && v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"._-+".contains(&b))
-        })
-        .unwrap_or_else(|| "dumb".into());
+    let lang = host_var("LANG", b"._-@", "C.UTF-8");
+    let term = host_var("TERM", b"._-+", "dumb");
     let mut vars = vec![
         ("PATH".to_string(), PATH.to_string()),
         ("HOME".to_string(), workspace.display().to_string()),
@@ -49,4 +33,13 @@ pub(super) fn environment(
         vars.push((name.clone(), value.clone()));
     }
     Ok(vars)
+}
+
+/// The host's `name` when it is a short word of letters, digits and
+/// `extra`, as LANG and TERM values are; `default` otherwise.
+fn host_var(name: &str, extra: &[u8], default: &str) -> String {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty() && v.len() < 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || extra.contains(&b)))
+        .unwrap_or_else(|| default.into())
 }

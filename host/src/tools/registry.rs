@@ -115,7 +115,10 @@ struct Inner {
     /// Checked before every call; an `Err` refuses it with that reason.
     guard: Option<CallGuard>,
     /// The plugin tools alone (the base every refresh starts from).
-    plugin_tools: Arc<BTreeMap<String, (ToolSpec, Arc<LoadedPlugin>)>>,
+    plugin_tools: Arc<BTreeMap<String, PluginTool>>,
+    /// The clashes between plugins (tool, kept plugin, plugin left out),
+    /// reported again by every snapshot.
+    plugin_clashes: Arc<[(String, String, String)]>,
     /// Sources followed by [`ToolRegistry::refreshed`], with the generation
     /// each had when this snapshot was built.
     sources: Vec<(Arc<dyn ToolSource>, u64)>,
@@ -126,6 +129,9 @@ struct Inner {
     /// refreshed snapshot.
     keep: Option<Keep>,
 }
+
+/// A plugin's tool: its manifest entry and the plugin.
+type PluginTool = (ToolSpec, Arc<LoadedPlugin>);
 
 /// The filter of a scoped registry.
 pub type Keep = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -140,23 +146,19 @@ impl ToolRegistry {
     /// built-in plugins come first, so an installed plugin can never shadow
     /// `read_file`, and one clash does not stop the host.
     pub fn new(runtime: Arc<PluginRuntime>, catalog: &PluginCatalog) -> Result<ToolRegistry, ToolError> {
-        let mut plugin_tools: BTreeMap<String, (ToolSpec, Arc<LoadedPlugin>)> = BTreeMap::new();
-        let mut conflicts = Vec::new();
+        let mut plugin_tools: BTreeMap<String, PluginTool> = BTreeMap::new();
+        let mut clashes = Vec::new();
         let ordered = catalog.iter().filter(|p| p.source == PluginSource::Builtin).chain(catalog.iter().filter(|p| p.source != PluginSource::Builtin));
         for plugin in ordered {
             for spec in &plugin.manifest.tools {
                 if let Some((_, existing)) = plugin_tools.get(&spec.name) {
-                    conflicts.push(ToolError::Duplicate {
-                        tool: spec.name.clone(),
-                        first: format!("plugin {}", existing.name()),
-                        second: format!("plugin {} (left out)", plugin.name()),
-                    });
+                    clashes.push((spec.name.clone(), format!("plugin {}", existing.name()), format!("plugin {} (left out)", plugin.name())));
                     continue;
                 }
                 plugin_tools.insert(spec.name.clone(), (spec.clone(), plugin.clone()));
             }
         }
-        Ok(Self::build(runtime, Arc::new(plugin_tools), Vec::new(), conflicts, None))
+        Ok(Self::build(runtime, Arc::new(plugin_tools), clashes.into(), Vec::new(), None))
     }
 
     /// The plugin tools plus each source's current tools. A source's tool
@@ -164,11 +166,15 @@ impl ToolRegistry {
     /// and reported in [`ToolRegistry::conflicts`]: plugins always win.
     fn build(
         runtime: Arc<PluginRuntime>,
-        plugin_tools: Arc<BTreeMap<String, (ToolSpec, Arc<LoadedPlugin>)>>,
+        plugin_tools: Arc<BTreeMap<String, PluginTool>>,
+        plugin_clashes: Arc<[(String, String, String)]>,
         sources: Vec<Arc<dyn ToolSource>>,
-        mut conflicts: Vec<ToolError>,
         keep: Option<Keep>,
     ) -> ToolRegistry {
+        let mut conflicts: Vec<ToolError> = plugin_clashes
+            .iter()
+            .map(|(tool, first, second)| ToolError::Duplicate { tool: tool.clone(), first: first.clone(), second: second.clone() })
+            .collect();
         let mut tools: BTreeMap<String, Entry> =
             plugin_tools.iter().map(|(name, (spec, plugin))| (name.clone(), Entry::new(spec.clone(), Backend::Plugin(plugin.clone())))).collect();
         let mut followed = Vec::with_capacity(sources.len());
@@ -204,6 +210,7 @@ impl ToolRegistry {
                 workspace: None,
                 guard: None,
                 plugin_tools,
+                plugin_clashes,
                 sources: followed,
                 latest: Mutex::new(None),
                 keep,
@@ -213,24 +220,28 @@ impl ToolRegistry {
 
     /// This registry with `sources` followed too (MCP servers' tools).
     pub fn with_sources(&self, sources: Vec<Arc<dyn ToolSource>>) -> ToolRegistry {
-        let plugin_conflicts = self.inner.conflicts.iter().filter_map(|c| match c {
-            ToolError::Duplicate { tool, first, second } if first.starts_with("plugin ") && second.starts_with("plugin ") => {
-                Some(ToolError::Duplicate { tool: tool.clone(), first: first.clone(), second: second.clone() })
-            }
-            _ => None,
-        });
-        Self::build(self.inner.runtime.clone(), self.inner.plugin_tools.clone(), sources, plugin_conflicts.collect(), self.inner.keep.clone())
+        self.rebuild(sources, self.inner.keep.clone())
     }
 
     /// A scope of this registry (a subagent's): only the tools `keep`
     /// admits, now and after every change of a source's list.
     pub fn scoped(&self, keep: Keep) -> ToolRegistry {
-        let sources = self.inner.sources.iter().map(|(source, _)| source.clone()).collect();
-        let mut scoped = Self::build(self.inner.runtime.clone(), self.inner.plugin_tools.clone(), sources, Vec::new(), Some(keep));
-        let inner = Arc::get_mut(&mut scoped.inner).expect("a fresh registry has one owner");
+        self.rebuild(self.followed(), Some(keep))
+    }
+
+    /// The sources this registry follows.
+    fn followed(&self) -> Vec<Arc<dyn ToolSource>> {
+        self.inner.sources.iter().map(|(source, _)| source.clone()).collect()
+    }
+
+    /// A snapshot of the same plugins, confinement (workspace, guard) and
+    /// runtime, over `sources`' current lists, filtered by `keep`.
+    fn rebuild(&self, sources: Vec<Arc<dyn ToolSource>>, keep: Option<Keep>) -> ToolRegistry {
+        let mut rebuilt = Self::build(self.inner.runtime.clone(), self.inner.plugin_tools.clone(), self.inner.plugin_clashes.clone(), sources, keep);
+        let inner = Arc::get_mut(&mut rebuilt.inner).expect("a fresh registry has one owner");
         inner.workspace = self.inner.workspace.clone();
         inner.guard = self.inner.guard.clone();
-        scoped
+        rebuilt
     }
 
     /// The registry as it should be now: this one when no source changed
@@ -246,13 +257,7 @@ impl ToolRegistry {
         if let Some(newer) = latest.as_ref().filter(|newer| !stale(newer)) {
             return newer.clone();
         }
-        let sources = self.inner.sources.iter().map(|(source, _)| source.clone()).collect();
-        let mut newer = self.with_sources(sources);
-        if self.inner.workspace.is_some() || self.inner.guard.is_some() {
-            let inner = Arc::get_mut(&mut newer.inner).expect("a fresh registry has one owner");
-            inner.workspace = self.inner.workspace.clone();
-            inner.guard = self.inner.guard.clone();
-        }
+        let newer = self.rebuild(self.followed(), self.inner.keep.clone());
         *latest = Some(newer.clone());
         newer
     }
@@ -280,6 +285,7 @@ impl ToolRegistry {
             // A restricted registry is a fixed scope: it keeps the sources'
             // tools it was given and does not follow their changes.
             plugin_tools: self.inner.plugin_tools.clone(),
+            plugin_clashes: self.inner.plugin_clashes.clone(),
             sources: Vec::new(),
             latest: Mutex::new(None),
             keep: None,

@@ -6,7 +6,6 @@ use std::time::Duration;
 use chitin::app::AppOptions;
 use chitin::config::DataDir;
 use chitin::mcp::client::ServerState;
-use chitin::mcp::config::SandboxMode;
 use chitin::text::for_terminal;
 
 use super::McpCommand;
@@ -19,15 +18,8 @@ pub(super) async fn run(cmd: McpCommand, data: DataDir, options: AppOptions) -> 
             if servers.is_empty() && errors.is_empty() {
                 outln!("no MCP servers configured (add [mcp_servers.NAME] to config.toml)")?;
             }
-            for (name, config) in &servers {
-                let enabled = if config.enabled { "" } else { " (disabled)" };
-                outln!("{name:<16} {}{enabled}", for_terminal(&config.describe()))?;
-                if config.command.is_some() && config.sandbox == SandboxMode::None {
-                    outln!("{:<16} {}", "", super::super::status::red("runs WITHOUT the OS sandbox, with your rights (sandbox = \"none\")"))?;
-                }
-            }
-            for error in &errors {
-                outln!("{}", for_terminal(&error.to_string()))?;
+            for line in super::server_lines(&servers, &errors, "") {
+                outln!("{line}")?;
             }
             Ok(if errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
@@ -36,12 +28,7 @@ pub(super) async fn run(cmd: McpCommand, data: DataDir, options: AppOptions) -> 
         }
         McpCommand::Tools { name } | McpCommand::Doctor { name } => {
             let chosen: Vec<_> = servers.into_iter().filter(|(n, c)| c.enabled && name.as_ref().is_none_or(|wanted| wanted == n)).collect();
-            let settings = chitin::mcp::client::ClientSettings {
-                workspace: app.workspace.root().to_path_buf(),
-                max_output_bytes: app.config.limits.max_output_bytes(),
-                data_root: app.data.root().to_path_buf(),
-                hidden_paths: vec![app.data.root().to_path_buf(), app.data.config_file()],
-            };
+            let settings = app.mcp_client_settings();
             let limit = chosen.iter().map(|(_, c)| c.startup_timeout()).max().unwrap_or(Duration::from_secs(1)) + Duration::from_secs(5);
             let clients = chitin::mcp::client::McpClients::start(chosen, settings);
             clients.first_attempts(limit).await;

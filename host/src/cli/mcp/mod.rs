@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use chitin::app::AppOptions;
+use chitin::mcp::config::{McpConfigError, McpServerConfig, SandboxMode};
+use chitin::text::for_terminal;
 use chitin::config::DataDir;
 
 /// `chitin mcp ...`
@@ -39,4 +41,22 @@ pub(super) async fn run(cmd: McpCommand, data: DataDir, options: AppOptions) -> 
         McpCommand::Login { name } => login::run(&name, data, options).await,
         other => client::run(other, data, options).await,
     }
+}
+
+/// The lines `chitin mcp list` and `chitin status` show for the servers,
+/// each starting with `indent`: name, how it runs, a red warning for an
+/// unsandboxed one, and the entries that do not parse.
+pub(super) fn server_lines(servers: &[(String, McpServerConfig)], errors: &[McpConfigError], indent: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (name, config) in servers {
+        let enabled = if config.enabled { "" } else { " (disabled)" };
+        lines.push(format!("{indent}{:<12} {}{enabled}", super::shown(name, 64, "name"), for_terminal(&config.describe())));
+        if config.command.is_some() && config.sandbox == SandboxMode::None {
+            lines.push(format!("{indent}{:<12} {}", "", super::status::red("runs WITHOUT the OS sandbox, with your rights (sandbox = \"none\")")));
+        }
+    }
+    for error in errors {
+        lines.push(format!("{indent}INVALID — {}", for_terminal(&error.to_string())));
+    }
+    lines
 }

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
-use rmcp::transport::common::http_header::{EVENT_STREAM_MIME_TYPE, HEADER_LAST_EVENT_ID, HEADER_SESSION_ID, JSON_MIME_TYPE};
+use rmcp::transport::common::http_header::{EVENT_STREAM_MIME_TYPE, HEADER_SESSION_ID, JSON_MIME_TYPE};
 use rmcp::transport::streamable_http_client::{
     AuthRequiredError, SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
 };
@@ -70,27 +70,14 @@ struct Inner {
 
 impl PolicyHttp {
     /// A client for the server at `url`: `headers` sent with every request,
-    /// `{{secret:NAME}}` in them filled from `secrets` (name → value).
-    pub fn new(label: &str, url: &str, headers: &[(String, String)], secrets: &[(String, String)]) -> Result<PolicyHttp, String> {
-        let uri: http::Uri = url.parse().map_err(|e| format!("`url` does not parse: {e}"))?;
-        let host = uri.host().ok_or("`url` has no host")?.trim_start_matches('[').trim_end_matches(']').to_string();
-        let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
-        let pattern = HostPattern::parse(&format!("{}:{port}", if host.contains(':') { format!("[{host}]") } else { host.clone() }))?;
+    /// `{{secret:NAME}}` in them filled from `secrets` (see
+    /// [`server_secrets`]), and every answer redacted of them.
+    pub fn new(label: &str, url: &str, headers: &[(String, String)], secrets: Secrets) -> Result<PolicyHttp, String> {
+        let pattern = HostPattern::parse(&authority_of(url)?)?;
         let header_names: Vec<HeaderName> = headers
             .iter()
             .map(|(name, _)| HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("header `{name}` is not a valid name")))
             .collect::<Result<_, _>>()?;
-        // Each secret may go into the configured headers, for this host only.
-        let declared: Vec<SecretSpec> = secrets
-            .iter()
-            .map(|(name, _)| SecretSpec {
-                name: name.clone(),
-                audience: Some(format!("{}:{port}", if host.contains(':') { format!("[{host}]") } else { host.clone() })),
-                inject: header_names.iter().map(|h| Injection::Header(h.as_str().to_string())).collect(),
-            })
-            .collect();
-        let values: HashMap<&str, &str> = secrets.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-        let secrets = Secrets::new(&declared, |name| values.get(name).copied()).map_err(|e| e.to_string())?;
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(std::time::Duration::from_secs(15))
@@ -109,7 +96,7 @@ impl PolicyHttp {
     }
 
     /// `text` with every secret value written as its placeholder.
-    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+    fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         self.inner.secrets.redact(text)
     }
 
@@ -206,6 +193,33 @@ impl PolicyHttp {
     }
 }
 
+/// The `host:port` of `url`, as a grant pattern writes it (an IPv6
+/// address in brackets).
+fn authority_of(url: &str) -> Result<String, String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("`url` does not parse: {e}"))?;
+    let host = uri.host().ok_or("`url` has no host")?;
+    let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+    Ok(format!("{host}:{port}"))
+}
+
+/// A server's secrets (name → value): each may be filled into the headers
+/// named `header_names` of requests to the server's own host (when it has
+/// a `url`), and every form of every value is redacted from whatever the
+/// server sends back: answers, tool results, errors, log lines.
+pub fn server_secrets<'a>(url: Option<&str>, header_names: impl Iterator<Item = &'a String>, values: &[(String, String)]) -> Result<Secrets, String> {
+    let audience = url.map(authority_of).transpose()?;
+    let inject: Vec<Injection> = match &audience {
+        Some(_) => header_names
+            .map(|name| HeaderName::from_bytes(name.as_bytes()).map(|h| Injection::Header(h.as_str().to_string())).map_err(|_| format!("header `{name}` is not a valid name")))
+            .collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
+    let declared: Vec<SecretSpec> =
+        values.iter().map(|(name, _)| SecretSpec { name: name.clone(), audience: audience.clone(), inject: inject.clone() }).collect();
+    let by_name: HashMap<&str, &str> = values.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    Secrets::new(&declared, |name| by_name.get(name).copied()).map_err(|e| e.to_string())
+}
+
 fn content_type(response: &reqwest::Response) -> String {
     response.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_ascii_lowercase()
 }
@@ -293,6 +307,7 @@ impl EventSize {
 fn extra_headers(session_id: Option<&str>, custom: HashMap<HeaderName, HeaderValue>) -> Vec<(HeaderName, HeaderValue)> {
     let mut headers: Vec<(HeaderName, HeaderValue)> = custom.into_iter().collect();
     if let Some(id) = session_id.and_then(|s| HeaderValue::from_str(s).ok()) {
+        // HEADER_SESSION_ID, lowercased as `from_static` wants it.
         headers.push((HeaderName::from_static("mcp-session-id"), id));
     }
     headers
@@ -381,10 +396,6 @@ impl StreamableHttpClient for PolicyHttp {
         Ok(self.events(response))
     }
 }
-
-// The header constants name what rmcp expects; referenced so a rename in
-// rmcp fails here at compile time rather than silently in a request.
-const _: (&str, &str) = (HEADER_SESSION_ID, HEADER_LAST_EVENT_ID);
 
 #[cfg(test)]
 mod tests {

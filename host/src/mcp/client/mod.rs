@@ -13,7 +13,7 @@ pub mod http;
 pub mod results;
 pub mod stdio;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{McpServerConfig, RemoteTransport};
+use crate::plugins::secrets::Secrets;
 use crate::plugins::{CallContext, ProgressSink, ToolSpec};
 use crate::tools::{ToolError, ToolFuture, ToolSource};
 
@@ -97,7 +98,7 @@ impl McpClients {
     /// (connected or failed), at most `limit`: a one-shot `chitin agent -m`
     /// starts its turn with the tools that came up in time.
     pub async fn first_attempts(&self, limit: Duration) {
-        let all = futures::future::join_all(self.servers.iter().map(|s| s.first_attempt()));
+        let all = futures::future::join_all(self.servers.iter().map(|s| s.first_attempt.cancelled()));
         let _ = tokio::time::timeout(limit, all).await;
     }
 }
@@ -127,10 +128,14 @@ pub struct ServerSource {
     settings: ClientSettings,
     generation: AtomicU64,
     live: Mutex<Live>,
-    first_done: tokio::sync::Notify,
-    first_attempt_over: AtomicBool,
-    /// Redacts this server's secret values from results and logs.
-    redact: Box<dyn Fn(&str) -> String + Send + Sync>,
+    /// Cancelled once the first connection attempt has ended, either way.
+    first_attempt: CancellationToken,
+    /// This server's secrets: filled into its headers, and redacted from
+    /// everything it sends back and every log line about it.
+    secrets: Secrets,
+    /// Why the secrets could not be set up (a `${VAR}` that is not set):
+    /// every connection attempt fails with it.
+    secrets_error: Option<String>,
 }
 
 struct Live {
@@ -142,17 +147,16 @@ struct Live {
 
 impl ServerSource {
     fn new(name: String, config: McpServerConfig, settings: ClientSettings) -> ServerSource {
-        let values: Vec<String> = config.secrets.values().filter_map(|raw| crate::env::expand_env(raw, "secret").ok()).filter(|v| !v.is_empty()).collect();
-        let names: Vec<String> = config.secrets.keys().cloned().collect();
-        let redact = Box::new(move |text: &str| {
-            let mut out = text.to_string();
-            for (value, name) in values.iter().zip(&names) {
-                if out.contains(value.as_str()) {
-                    out = out.replace(value.as_str(), &crate::plugins::secrets::placeholder(name));
-                }
-            }
-            out
-        });
+        let secrets = config
+            .secrets
+            .iter()
+            .map(|(key, raw)| Ok((key.clone(), crate::env::expand_env(raw, &format!("mcp_servers.{name}.secrets.{key}")).map_err(|e| e.to_string())?)))
+            .collect::<Result<Vec<_>, String>>()
+            .and_then(|values| http::server_secrets(config.url.as_deref(), config.headers.keys(), &values));
+        let (secrets, secrets_error) = match secrets {
+            Ok(secrets) => (secrets, None),
+            Err(e) => (Secrets::default(), Some(e)),
+        };
         ServerSource {
             label: format!("mcp:{name}"),
             name,
@@ -160,9 +164,9 @@ impl ServerSource {
             settings,
             generation: AtomicU64::new(0),
             live: Mutex::new(Live { state: ServerState::Starting, peer: None, tools: Vec::new() }),
-            first_done: tokio::sync::Notify::new(),
-            first_attempt_over: AtomicBool::new(false),
-            redact,
+            first_attempt: CancellationToken::new(),
+            secrets,
+            secrets_error,
         }
     }
 
@@ -186,23 +190,17 @@ impl ServerSource {
         self.lock().tools.iter().map(|(spec, own)| (spec.name.clone(), own.clone(), spec.clone())).collect()
     }
 
+    /// `text` with this server's secret values written as placeholders.
+    fn redact(&self, text: &str) -> String {
+        self.secrets.redact(text).into_owned()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Live> {
         self.live.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    async fn first_attempt(&self) {
-        loop {
-            let notified = self.first_done.notified();
-            if self.first_attempt_over.load(Ordering::SeqCst) {
-                return;
-            }
-            notified.await;
-        }
-    }
-
     fn end_first_attempt(&self) {
-        self.first_attempt_over.store(true, Ordering::SeqCst);
-        self.first_done.notify_waiters();
+        self.first_attempt.cancel();
     }
 
     fn set_tools(&self, peer: Option<Peer<RoleClient>>, tools: Vec<(ToolSpec, String)>, state: ServerState) {
@@ -272,10 +270,10 @@ impl ServerSource {
         // request, and rmcp tells the server with `notifications/cancelled`.
         let result = match tokio::time::timeout(self.config.timeout(), peer.call_tool(params)).await {
             Err(_) => return Err(failed(format!("no answer from the MCP server within {} s (config [mcp_servers.{}] timeout_secs)", self.config.timeout_secs, self.name))),
-            Ok(Err(e)) => return Err(failed((self.redact)(&crate::text::clip_for_terminal(&e.to_string(), 1000, "error")))),
+            Ok(Err(e)) => return Err(failed(self.redact(&crate::text::clip_for_terminal(&e.to_string(), 1000, "error")))),
             Ok(Ok(result)) => result,
         };
-        let text = results::to_text(&result, self.settings.max_output_bytes, &*self.redact);
+        let text = results::to_text(&result, self.settings.max_output_bytes, &|text| self.redact(text));
         if result.is_error == Some(true) { Err(failed(text)) } else { Ok(text) }
     }
 }
@@ -334,7 +332,7 @@ impl rmcp::ClientHandler for Listener {
                 let count = tools.len();
                 source.set_tools(Some(context.peer.clone()), tools, ServerState::Connected { tools: count });
             }
-            Err(e) => tracing::warn!(server = %source.name, "listing the MCP server's changed tools failed: {}", (source.redact)(&e.to_string())),
+            Err(e) => tracing::warn!(server = %source.name, "listing the MCP server's changed tools failed: {}", source.redact(&e.to_string())),
         }
     }
 }
@@ -342,7 +340,7 @@ impl rmcp::ClientHandler for Listener {
 /// A live connection and what keeps it alive (a stdio child).
 struct Connection {
     service: RunningService<RoleClient, Listener>,
-    _child: Option<stdio::Child>,
+    _child: Option<tokio::process::Child>,
 }
 
 /// Connects once: starts the process or reaches the URL, does the MCP
@@ -351,24 +349,22 @@ async fn connect(source: &Arc<ServerSource>) -> Result<Connection, String> {
     let listener = Listener { source: Arc::downgrade(source) };
     let config = &source.config;
     let attempt = async {
+        if let Some(error) = &source.secrets_error {
+            return Err(error.clone());
+        }
         match (&config.url, &config.command) {
             (Some(url), _) => {
                 if config.transport == RemoteTransport::Sse {
                     return Err("`transport = \"sse\"` (the older HTTP+SSE transport) is not supported yet; use a streamable-HTTP endpoint".to_string());
                 }
-                let mut secrets = Vec::new();
-                for (name, raw) in &config.secrets {
-                    let value = crate::env::expand_env(raw, &format!("mcp_servers.{}.secrets.{name}", source.name)).map_err(|e| e.to_string())?;
-                    secrets.push((name.clone(), value));
-                }
                 let headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-                let client = http::PolicyHttp::new(&source.label, url, &headers, &secrets)?;
+                let client = http::PolicyHttp::new(&source.label, url, &headers, source.secrets.clone())?;
                 let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 // A server the user logged in to (`chitin mcp login`) gets
                 // its token, refreshed first when it is about to expire.
-                transport_config.auth_header = super::oauth::access_token(&source.settings.data_root, &source.name, url).await.map_err(|e| (source.redact)(&e.to_string()))?;
+                transport_config.auth_header = super::oauth::access_token(&source.settings.data_root, &source.name, url).await.map_err(|e| source.redact(&e.to_string()))?;
                 let transport = StreamableHttpClientTransport::with_client(client, transport_config);
-                let service = rmcp::serve_client(listener, transport).await.map_err(|e| (source.redact)(&e.to_string()))?;
+                let service = rmcp::serve_client(listener, transport).await.map_err(|e| source.redact(&e.to_string()))?;
                 Ok(Connection { service, _child: None })
             }
             (None, Some(command)) => {
@@ -427,7 +423,7 @@ async fn supervise(source: Arc<ServerSource>, stop: CancellationToken) {
                         source.set_tools(None, Vec::new(), ServerState::Down { reason });
                         continue;
                     }
-                    Ok(Err(e)) => fail(&source, &mut reported, format!("listing its tools failed: {}", (source.redact)(&e.to_string()))),
+                    Ok(Err(e)) => fail(&source, &mut reported, format!("listing its tools failed: {}", source.redact(&e.to_string()))),
                     Err(_) => fail(&source, &mut reported, "listing its tools took too long".to_string()),
                 }
             }
@@ -445,7 +441,7 @@ async fn supervise(source: Arc<ServerSource>, stop: CancellationToken) {
 /// Records a failed attempt; only the first of a run of failures is logged
 /// as a warning.
 fn fail(source: &ServerSource, reported: &mut bool, reason: String) {
-    let reason = (source.redact)(&crate::text::clip_for_terminal(&reason, 1000, "error"));
+    let reason = source.redact(&crate::text::clip_for_terminal(&reason, 1000, "error"));
     if !*reported {
         tracing::warn!(server = %source.name, "MCP server unavailable (retried in the background): {reason}");
         *reported = true;

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Stdio;
 
-use tokio::process::{ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::mcp::config::{McpServerConfig, SandboxMode};
 use crate::sandbox::SandboxPolicy;
@@ -18,17 +18,8 @@ const STDERR_WARN_LINES: usize = 5;
 /// The longest stderr line logged.
 const STDERR_LINE_BYTES: usize = 500;
 
-/// A running server process, killed when dropped.
-pub struct Child(tokio::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.start_kill();
-    }
-}
-
-/// Starts `command` for server `name`: the process, and its stdout/stdin
-/// as the MCP transport.
+/// Starts `command` for server `name`: the process (killed when dropped:
+/// `kill_on_drop`), and its stdout/stdin as the MCP transport.
 pub fn spawn(name: &str, command: &str, config: &McpServerConfig, workspace: &Path, hidden: &[std::path::PathBuf]) -> Result<(Child, (ChildStdout, ChildStdin)), String> {
     let mut env = Vec::new();
     for (key, raw) in &config.env {
@@ -99,7 +90,7 @@ pub fn spawn(name: &str, command: &str, config: &McpServerConfig, workspace: &Pa
             }
         });
     }
-    Ok((Child(child), (stdout, stdin)))
+    Ok((child, (stdout, stdin)))
 }
 
 fn log_line(server: &str, line: &[u8], seen: usize) {

@@ -159,6 +159,17 @@ impl Client {
             .await
     }
 
+    /// The first of `urls` that answers with a document (metadata is
+    /// looked for at several well-known places, in order).
+    pub(super) async fn first_json<T: serde::de::DeserializeOwned>(&self, urls: &[String]) -> Result<Option<T>, OAuthError> {
+        for url in urls {
+            if let Some(document) = self.get_json::<T>(url).await? {
+                return Ok(Some(document));
+            }
+        }
+        Ok(None)
+    }
+
     /// A GET whose answer must be a 200 with JSON.
     pub(super) async fn get_json<T: serde::de::DeserializeOwned>(
         &self,

@@ -150,14 +150,7 @@ pub async fn login(
         "{}/.well-known/oauth-protected-resource",
         server.origin().ascii_serialization()
     ));
-    let mut resource_meta = None;
-    for url in &candidates {
-        if let Some(meta) = client.get_json::<ResourceMetadata>(url).await? {
-            resource_meta = Some(meta);
-            break;
-        }
-    }
-    let resource_meta = resource_meta.ok_or_else(|| {
+    let resource_meta = client.first_json::<ResourceMetadata>(&candidates).await?.ok_or_else(|| {
         OAuthError::Protocol(format!(
             "{server_url} publishes no OAuth protected-resource metadata"
         ))
@@ -172,17 +165,13 @@ pub async fn login(
     // 2. The authorization server's metadata.
     let issuer_url = url::Url::parse(issuer)
         .map_err(|e| OAuthError::Protocol(format!("bad authorization server {issuer}: {e}")))?;
-    let mut server_meta = None;
-    for url in [
-        well_known(&issuer_url, "oauth-authorization-server"),
-        well_known(&issuer_url, "openid-configuration"),
-    ] {
-        if let Some(meta) = client.get_json::<ServerMetadata>(&url).await? {
-            server_meta = Some(meta);
-            break;
-        }
-    }
-    let meta = server_meta.ok_or_else(|| {
+    let meta = client
+        .first_json::<ServerMetadata>(&[
+            well_known(&issuer_url, "oauth-authorization-server"),
+            well_known(&issuer_url, "openid-configuration"),
+        ])
+        .await?
+        .ok_or_else(|| {
         OAuthError::Protocol(format!(
             "{issuer} publishes no authorization server metadata"
         ))
