@@ -31,3 +31,25 @@ fn list_status_and_doctor_show_servers_their_sandbox_and_failures() {
     let unknown = chitin(home.path(), &["mcp", "tools", "nope"]).output().unwrap();
     assert!(!unknown.status.success() && String::from_utf8_lossy(&unknown.stderr).contains("no MCP server `nope`"));
 }
+
+/// A stdio server that floods its stderr with one endless line of
+/// terminal escapes: the host logs a bounded, escaped line of it and goes
+/// on (the first bytes reach the log: the flood was read).
+#[test]
+fn a_server_s_stderr_flood_is_logged_bounded_and_escaped() {
+    let home = tempfile::tempdir().unwrap();
+    let script = "{ printf '\\033]0;owned\\007FLOOD'; head -c 4000000 /dev/zero | tr '\\0' 'x'; printf '\\n'; } >&2; sleep 5";
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!("[mcp_servers.noisy]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nsandbox = \"none\"\nstartup_timeout_secs = 2\n"),
+    )
+    .unwrap();
+    let doctor = chitin(home.path(), &["mcp", "doctor", "noisy"]).env("RUST_LOG", "info").output().unwrap();
+    let err = String::from_utf8_lossy(&doctor.stderr);
+    assert!(!doctor.status.success());
+    let line = err.lines().find(|l| l.contains("MCP server stderr")).unwrap_or_else(|| panic!("no stderr line logged: {err}"));
+    assert!(line.contains("FLOOD"), "the flood's start is logged: {line}");
+    assert!(line.len() < 2_000, "one bounded line, not 4 MB: {} bytes", line.len());
+    assert!(!err.contains('\x1b') && !err.contains('\x07'), "no escape reaches the log");
+    assert!(err.len() < 20_000, "{} bytes of logs", err.len());
+}
