@@ -54,6 +54,8 @@ pub struct ApiState {
     pub(super) same_origin: Option<super::origin::SameOrigin>,
     /// How long a request body may take to arrive in full.
     pub(super) body_timeout: Duration,
+    /// `/mcp`: the plugins' tools for MCP clients (only with a token).
+    pub(super) mcp: Option<crate::mcp::server::http::McpEndpoint>,
 }
 
 impl ApiState {
@@ -64,6 +66,7 @@ impl ApiState {
         webhooks: Arc<crate::channels::webhook::Routes>,
         same_origin: Option<super::origin::SameOrigin>,
         body_timeout: Duration,
+        mcp: Option<crate::mcp::server::http::McpEndpoint>,
     ) -> Self {
         let model = agent.core().settings.model.clone();
         ApiState {
@@ -78,6 +81,7 @@ impl ApiState {
             webhooks,
             same_origin,
             body_timeout,
+            mcp,
         }
     }
 
@@ -168,6 +172,7 @@ async fn route(state: Arc<ApiState>, request: Request<Incoming>) -> Result<Respo
     match path.as_str() {
         "/v1/chat/completions" if method == Method::POST => api::chat(state, request).await,
         "/v1/models" if method == Method::GET => Ok(json_response(StatusCode::OK, &wire::model_list(&state.model, state.created))),
+        MCP_PATH => mcp(&state, request).await,
         "/v1/chat/completions" | "/v1/models" => {
             let allowed = if path == "/v1/models" { "GET" } else { "POST" };
             let mut response = error_response(&ApiError::new(405, "invalid_request_error", Some("method_not_allowed"), format!("{method} is not allowed on {path}; use {allowed}")));
@@ -176,6 +181,22 @@ async fn route(state: Arc<ApiState>, request: Request<Incoming>) -> Result<Respo
         }
         _ => Err(ApiError::new(404, "invalid_request_error", Some("not_found"), format!("no route {method} {path}; this gateway serves POST /v1/chat/completions and GET /v1/models"))),
     }
+}
+
+/// Where MCP clients reach the plugins' tools.
+pub const MCP_PATH: &str = "/mcp";
+
+/// `/mcp`, after the token: the body read within the gateway's cap and
+/// deadline, then the MCP endpoint. Without a token there is no endpoint:
+/// a tool call is the agent's reach, and it is never left open.
+async fn mcp(state: &ApiState, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let Some(endpoint) = &state.mcp else {
+        return Err(ApiError::new(404, "invalid_request_error", Some("not_found"), "MCP is served at /mcp only when [gateway] auth_token is set"));
+    };
+    let (parts, body) = request.into_parts();
+    let body = read_body_within(body, MAX_BODY_BYTES, state.body_timeout).await?;
+    let response = endpoint.handle(Request::from_parts(parts, body)).await;
+    Ok(response.map(BodyExt::boxed_unsync))
 }
 
 /// `Authorization: Bearer <token>`, compared in constant time (as BLAKE3

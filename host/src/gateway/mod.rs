@@ -135,6 +135,8 @@ pub struct Gateway {
     dream: Arc<crate::features::dream::Dream>,
     /// The MCP servers the agent uses: kept until the gateway stops.
     mcp: Arc<crate::mcp::client::McpClients>,
+    /// Ends the `/mcp` sessions (and the calls they run) at shutdown.
+    mcp_stop: CancellationToken,
     limits: ServerLimits,
 }
 
@@ -179,8 +181,10 @@ impl Gateway {
         }
         // Only without a token does a browser's ambient access matter.
         let same_origin = matches!(auth, GatewayAuth::Disabled).then(|| origin::SameOrigin::new(addr, &limits.allowed_hosts));
-        let state = Arc::new(http::ApiState::new(agent, OutboundRouter::new(), auth, crate::channels::webhook::Routes::new(), same_origin, limits.body_timeout));
-        Ok(Gateway { listener, addr, state, bus, channels, cron, dream, limits, mcp })
+        let mcp_stop = CancellationToken::new();
+        let endpoint = mcp_endpoint(app, &auth, mcp_stop.clone());
+        let state = Arc::new(http::ApiState::new(agent, OutboundRouter::new(), auth, crate::channels::webhook::Routes::new(), same_origin, limits.body_timeout, endpoint));
+        Ok(Gateway { listener, addr, state, bus, channels, cron, dream, limits, mcp, mcp_stop })
     }
 
     /// The bound address (the real port when `listen` asked for port 0).
@@ -207,7 +211,7 @@ impl Gateway {
     /// Serves until `shutdown` resolves, then shuts down as the module docs
     /// describe.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<ShutdownReport, GatewayError> {
-        let Gateway { listener, state, bus, channels, cron, dream, limits, mcp, .. } = self;
+        let Gateway { listener, state, bus, channels, cron, dream, limits, mcp, mcp_stop, .. } = self;
         let agent = state.agent.clone();
         let router_task = tokio::spawn(state.router.clone().run(bus.clone()));
         let web_task = tokio::spawn(state.web.clone().run(state.router.route_channel(webchat::WEB_CHANNEL)));
@@ -258,6 +262,7 @@ impl Gateway {
             }
         }
         tracing::debug!(stopped = stopped.len(), "gateway: drained");
+        mcp_stop.cancel();
         server_stop.cancel();
         let _ = server.await;
         tracing::debug!("gateway: listener closed");
@@ -286,6 +291,22 @@ impl Gateway {
         // which the loop can only log.
         agent.core().sessions.sync()?;
         Ok(ShutdownReport { stopped, flush: flushing.elapsed() })
+    }
+}
+
+/// The `/mcp` endpoint over the plugins' tools, when the gateway has a
+/// token to put in front of it.
+fn mcp_endpoint(app: &App, auth: &GatewayAuth, stop: CancellationToken) -> Option<crate::mcp::server::http::McpEndpoint> {
+    use crate::mcp::server::{DEFAULT_MAX_CALLS, ToolServer, http::McpEndpoint, served_tools};
+    if matches!(auth, GatewayAuth::Disabled) {
+        return None;
+    }
+    match served_tools(&app.tools, &[]) {
+        Ok(tools) => Some(McpEndpoint::new(ToolServer::new(tools, DEFAULT_MAX_CALLS, "http"), http::MAX_BODY_BYTES, stop)),
+        Err(e) => {
+            tracing::warn!("gateway: /mcp is off: {e}");
+            None
+        }
     }
 }
 

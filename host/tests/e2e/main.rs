@@ -18,6 +18,7 @@ mod gateway;
 mod market;
 mod mcp_cli;
 mod mcp_login;
+mod mcp_serve;
 mod providers;
 mod sandbox_cli;
 mod sdk;

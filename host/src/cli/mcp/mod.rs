@@ -1,8 +1,10 @@
 //! `chitin mcp`: the MCP servers the agent uses (`list`, `tools`, `doctor`:
-//! [`client`]; `login`: [`login`]).
+//! [`client`]; `login`: [`login`]), and chitin's tools as an MCP server
+//! (`serve`: [`serve`]).
 
 mod client;
 mod login;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -34,11 +36,16 @@ pub(crate) enum McpCommand {
         /// The server's name.
         name: String,
     },
+    /// Serve the plugins' tools to an MCP client over stdin/stdout (the
+    /// command an MCP client's config runs); each call is a fresh sandboxed
+    /// instance with the plugin's grant and the configured workspace.
+    Serve(serve::ServeArgs),
 }
 
 pub(super) async fn run(cmd: McpCommand, data: DataDir, options: AppOptions) -> anyhow::Result<ExitCode> {
     match cmd {
         McpCommand::Login { name } => login::run(&name, data, options).await,
+        McpCommand::Serve(args) => serve::run(args, data, options).await,
         other => client::run(other, data, options).await,
     }
 }

@@ -1,1 +1,0 @@
-//! The MCP server: chitin's plugin tools for any MCP client.
