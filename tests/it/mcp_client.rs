@@ -171,3 +171,137 @@ async fn a_server_that_cannot_start_is_reported_and_blocks_nothing() {
     assert!(matches!(&state, ServerState::Down { reason } if reason.contains("/nonexistent/mcp-server")), "{state:?}");
     assert_eq!(t.ask("hello").await, "still here");
 }
+
+fn hostile_script() -> String {
+    format!("{}/../host/tests/mcp/hostile_server.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A server (no SDK, plain python3) that hangs, floods, answers 50 MB,
+/// sends a megabyte of escapes as a description, a path as a tool name, and
+/// schemas that point at a URL and at a file, or do not compile, or lie:
+/// each is contained and the agent and the server's other tools go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_server_s_hang_flood_50_mb_and_lying_schemas_are_contained() {
+    let (ref_port, fetched) = answering("127.0.0.1", "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}");
+    let config = format!(
+        "[mcp_servers.h]\ncommand = \"python3\"\nargs = [{:?}, \"http://127.0.0.1:{ref_port}/schema.json\"]\nsandbox = \"none\"\ntimeout_secs = 3\n",
+        hostile_script()
+    );
+    let mock = MockLlm::start(Script::new([MockReply::tool_call("mcp_h_liar", r#"{"n": "not a number"}"#), MockReply::text("done")]));
+    let t = TestAgent::with_config(mock, &config);
+    t.mcp.first_attempts(Duration::from_secs(30)).await;
+    let names = tool_names(&t);
+    for offered in ["mcp_h_ok", "mcp_h_hang", "mcp_h_huge", "mcp_h_flood_lines", "mcp_h_long", "mcp_h_liar"] {
+        assert!(names.contains(&offered.to_string()), "{offered} missing from {names:?} ({:?})", t.mcp.servers()[0].state());
+    }
+    assert!(names.iter().any(|n| n.ends_with("etc_passwd") && !n.contains('/') && !n.contains('.')), "a path for a name is made a name: {names:?}");
+    for left_out in ["mcp_h_remote_ref", "mcp_h_file_ref", "mcp_h_broken_schema", "mcp_h_giant_schema"] {
+        assert!(!names.contains(&left_out.to_string()), "{left_out} was offered: {names:?}");
+    }
+    assert_eq!(fetched.load(Ordering::SeqCst), 0, "compiling a schema never fetches its $ref");
+    let tools = t.agent.core().tools.refreshed();
+    let long = &tools.spec("mcp_h_long").unwrap().description;
+    assert!(long.len() <= 4096 && !long.contains('\x1b') && !long.contains('\x07'), "{} bytes: {:?}", long.len(), &long[..64.min(long.len())]);
+
+    // The schema is checked before anything leaves the host: the liar
+    // never sees a value its schema refuses, and the model is told.
+    assert_eq!(t.ask("use the liar").await, "done");
+    let last = t.mock.last_request().unwrap().to_string();
+    assert!(last.contains("invalid arguments for `mcp_h_liar`") && !last.contains("UNCHECKED"), "{last}");
+
+    let ctx = CallContext::default();
+    let started = std::time::Instant::now();
+    let hung = tools.call("mcp_h_hang", &serde_json::json!({}), &ctx, None).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(20), "the call's timeout holds: {:?}", started.elapsed());
+    assert!(hung.to_string().contains("timed out") || hung.to_string().contains("time"), "{hung}");
+    let flooded = tools.call("mcp_h_flood_lines", &serde_json::json!({}), &ctx, None).await.unwrap();
+    assert_eq!(flooded, "after the flood");
+
+    let huge = tools.call("mcp_h_huge", &serde_json::json!({}), &ctx, None).await;
+    match &huge {
+        Ok(text) => assert!(text.len() <= 1024 * 1024, "a 50 MB answer reached the model whole: {} bytes", text.len()),
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+    // The server (or its restart) answers again, and the agent never stopped.
+    let mut answered = None;
+    for _ in 0..100 {
+        if let Ok(text) = t.agent.core().tools.refreshed().call("mcp_h_ok", &serde_json::json!({}), &ctx, None).await {
+            answered = Some(text);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(answered.as_deref(), Some("fine"), "after the 50 MB answer ({huge:?})");
+}
+
+/// The reference server, `@modelcontextprotocol/server-everything`, which
+/// `scripts/test slow` installs with npm.
+fn everything() -> String {
+    let path = format!("{}/../host/tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js", env!("CARGO_MANIFEST_DIR"));
+    assert!(std::path::Path::new(&path).exists(), "{path} is missing: run `scripts/test slow`, which installs it");
+    path
+}
+
+/// What both transports of server-everything must show: a whole turn
+/// through its `echo`, its other result kinds bounded and made text, and
+/// (on stdio) an environment without the host's secrets.
+async fn check_everything(t: &TestAgent, server: &str) {
+    t.mcp.first_attempts(Duration::from_secs(60)).await;
+    let names = tool_names(t);
+    let echo = format!("mcp_{server}_echo");
+    assert!(names.contains(&echo) && names.contains(&format!("mcp_{server}_get-sum")), "{names:?} {:?}", t.mcp.servers()[0].state());
+    assert_eq!(t.ask("echo something").await, "done");
+    let last = t.mock.last_request().unwrap().to_string();
+    assert!(last.contains("Echo: hello everything"), "{last}");
+
+    let tools = t.agent.core().tools.refreshed();
+    let ctx = CallContext::default();
+    let sum = tools.call(&format!("mcp_{server}_get-sum"), &serde_json::json!({"a": 2, "b": "40"}), &ctx, None).await.unwrap();
+    assert!(sum.contains("42"), "{sum}");
+    let image = tools.call(&format!("mcp_{server}_get-tiny-image"), &serde_json::json!({}), &ctx, None).await.unwrap();
+    assert!(image.len() < 64 * 1024 && image.contains("image"), "an image is described, not pasted: {image}");
+    let structured = tools.call(&format!("mcp_{server}_get-structured-content"), &serde_json::json!({"location": "New York"}), &ctx, None).await.unwrap();
+    assert!(structured.contains("temperature"), "{structured}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: runs @modelcontextprotocol/server-everything (npm)"]
+async fn server_everything_over_stdio_in_the_os_sandbox_and_over_streamable_http() {
+    // stdio, in the OS sandbox: node reads its modules from a read-only path.
+    let modules = format!("{}/../host/tests/mcp", env!("CARGO_MANIFEST_DIR"));
+    let modules = std::fs::canonicalize(modules).unwrap();
+    let script = || Script::new([MockReply::tool_call("mcp_ev_echo", r#"{"message": "hello everything"}"#), MockReply::text("done")]);
+    let config = format!(
+        "[mcp_servers.ev]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\nread_only_paths = [{:?}]\nstartup_timeout_secs = 60\n",
+        everything(),
+        modules.to_str().unwrap()
+    );
+    let t = TestAgent::with_config(MockLlm::start(script()), &config);
+    check_everything(&t, "ev").await;
+    let env = t.agent.core().tools.refreshed().call("mcp_ev_get-env", &serde_json::json!({}), &CallContext::default(), None).await.unwrap();
+    // The host's environment had something to steal (cargo runs tests with
+    // CARGO_* set); the server's is the minimum the sandbox passes.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    assert!(env.contains("PATH") && !env.contains("CARGO_") && !env.contains("CHITIN_"), "the server's environment is the host's minimum: {env}");
+    drop(t);
+
+    // streamable HTTP on a port of its own.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut server = std::process::Command::new("node")
+        .args([everything(), "streamableHttp".into()])
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let script = Script::new([MockReply::tool_call("mcp_evh_echo", r#"{"message": "hello everything"}"#), MockReply::text("done")]);
+    let t = TestAgent::with_config(MockLlm::start(script), &format!("[mcp_servers.evh]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"));
+    check_everything(&t, "evh").await;
+    let _ = server.kill();
+}
