@@ -103,6 +103,8 @@ async fn a_bearer_secret_reaches_the_http_server_and_never_the_model_the_session
     let t = TestAgent::with_config(mock, &config);
     t.mcp.first_attempts(Duration::from_secs(30)).await;
     assert!(tool_names(&t).contains(&"mcp_web_whoami".to_string()), "{:?} {:?}", tool_names(&t), t.mcp.servers()[0].state());
+    // The Python SDK speaks the stateless revision: reached by discover.
+    assert!(matches!(t.mcp.servers()[0].state(), ServerState::Connected { protocol, .. } if protocol == "2026-07-28"), "{:?}", t.mcp.servers()[0].state());
     assert_eq!(t.ask("who am I?").await, "ok");
     // The attack ran: the server got the token and sent it back.
     let received = std::fs::read_to_string(log.path()).unwrap();
@@ -155,6 +157,26 @@ async fn a_remote_server_redirecting_to_a_private_address_is_not_followed() {
     assert_eq!(contacted.load(Ordering::SeqCst), 0, "the private address was never contacted");
     assert!(!tool_names(&t).iter().any(|n| n.starts_with("mcp_")));
     // The agent is unaffected.
+    assert_eq!(t.ask("hello").await, "fine");
+}
+
+/// An HTTP+SSE server whose `endpoint` event names another host: the
+/// client refuses it, and the host it named is never contacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sse_server_naming_an_endpoint_on_another_host_is_refused() {
+    let (inside, contacted) = answering("127.0.0.2", "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n");
+    let stream: &'static str = Box::leak(
+        format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\r\nevent: endpoint\r\ndata: http://127.0.0.2:{inside}/message?sessionId=1\r\n\r\n")
+            .into_boxed_str(),
+    );
+    let (outside, asked) = answering("127.0.0.1", stream);
+    let config = format!("[mcp_servers.old]\nurl = \"http://127.0.0.1:{outside}/sse\"\ntransport = \"sse\"\nstartup_timeout_secs = 5\n");
+    let t = TestAgent::with_config(MockLlm::start(Script::new([MockReply::text("fine")])), &config);
+    t.mcp.first_attempts(Duration::from_secs(10)).await;
+    assert!(asked.load(Ordering::SeqCst) >= 1, "the server was asked and named its endpoint");
+    let state = t.mcp.servers()[0].state();
+    assert!(matches!(&state, ServerState::Down { reason } if reason.contains("another origin")), "{state:?}");
+    assert_eq!(contacted.load(Ordering::SeqCst), 0, "the endpoint's host was never contacted");
     assert_eq!(t.ask("hello").await, "fine");
 }
 
@@ -247,6 +269,9 @@ fn everything() -> String {
 /// (on stdio) an environment without the host's secrets.
 async fn check_everything(t: &TestAgent, server: &str) {
     t.mcp.first_attempts(Duration::from_secs(60)).await;
+    // It speaks only the revisions with `initialize`: over HTTP the
+    // client's discover falls back to them.
+    assert!(matches!(t.mcp.servers()[0].state(), ServerState::Connected { protocol, .. } if protocol.starts_with("2025-")), "{:?}", t.mcp.servers()[0].state());
     let names = tool_names(t);
     let echo = format!("mcp_{server}_echo");
     assert!(names.contains(&echo) && names.contains(&format!("mcp_{server}_get-sum")), "{names:?} {:?}", t.mcp.servers()[0].state());
@@ -266,7 +291,7 @@ async fn check_everything(t: &TestAgent, server: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "slow: runs @modelcontextprotocol/server-everything (npm)"]
-async fn server_everything_over_stdio_in_the_os_sandbox_and_over_streamable_http() {
+async fn server_everything_over_stdio_in_the_os_sandbox_streamable_http_and_sse() {
     // stdio, in the OS sandbox: node reads its modules from a read-only path.
     let modules = format!("{}/../host/tests/mcp", env!("CARGO_MANIFEST_DIR"));
     let modules = std::fs::canonicalize(modules).unwrap();
@@ -303,5 +328,26 @@ async fn server_everything_over_stdio_in_the_os_sandbox_and_over_streamable_http
     let script = Script::new([MockReply::tool_call("mcp_evh_echo", r#"{"message": "hello everything"}"#), MockReply::text("done")]);
     let t = TestAgent::with_config(MockLlm::start(script), &format!("[mcp_servers.evh]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"));
     check_everything(&t, "evh").await;
+    let _ = server.kill();
+    drop(t);
+
+    // The older HTTP+SSE transport (2024-11-05), which it also serves.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut server = std::process::Command::new("node")
+        .args([everything(), "sse".into()])
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let script = Script::new([MockReply::tool_call("mcp_evs_echo", r#"{"message": "hello everything"}"#), MockReply::text("done")]);
+    let t = TestAgent::with_config(MockLlm::start(script), &format!("[mcp_servers.evs]\nurl = \"http://127.0.0.1:{port}/sse\"\ntransport = \"sse\"\n"));
+    check_everything(&t, "evs").await;
     let _ = server.kill();
 }

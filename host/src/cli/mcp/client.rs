@@ -38,8 +38,8 @@ pub(super) async fn run(cmd: McpCommand, data: DataDir, options: AppOptions) -> 
             }
             for server in clients.servers() {
                 match server.state() {
-                    ServerState::Connected { tools } => {
-                        outln!("{}: connected, {tools} tools", server.name())?;
+                    ServerState::Connected { tools, protocol } => {
+                        outln!("{}: connected (MCP {}), {tools} tools", server.name(), for_terminal(&protocol))?;
                         for (shown, own, spec) in server.tool_list() {
                             let flags = if spec.read_only { " (read-only)" } else { "" };
                             outln!("  {:<32} {}{flags}", for_terminal(&shown), for_terminal(&own))?;

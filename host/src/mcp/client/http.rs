@@ -25,7 +25,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ServerJsonRpcMessage};
 use rmcp::transport::common::http_header::{EVENT_STREAM_MIME_TYPE, HEADER_SESSION_ID, JSON_MIME_TYPE};
 use rmcp::transport::streamable_http_client::{
     AuthRequiredError, SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
@@ -40,6 +40,9 @@ use crate::plugins::warn_budget::WarnBudget;
 /// The largest JSON answer read.
 pub const MAX_JSON_BYTES: usize = 16 * 1024 * 1024;
 
+/// The most of an error answer read (a refused `server/discover`).
+const MAX_ERROR_BYTES: usize = 64 * 1024;
+
 /// The largest single SSE event read (the same bound as a stdio line).
 pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
@@ -48,7 +51,7 @@ pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 #[error("{0}")]
 pub struct HttpFailure(pub String);
 
-type Failure = StreamableHttpError<HttpFailure>;
+pub(super) type Failure = StreamableHttpError<HttpFailure>;
 
 /// One server's HTTP client. Cheap to clone.
 #[derive(Clone)]
@@ -105,7 +108,7 @@ impl PolicyHttp {
     }
 
     /// Sends one request through the policy; a redirect is an error.
-    async fn send(
+    pub(super) async fn send(
         &self,
         method: reqwest::Method,
         url: &str,
@@ -164,7 +167,7 @@ impl PolicyHttp {
     }
 
     /// An SSE body as events, each bounded, redacted.
-    fn events(&self, response: reqwest::Response) -> BoxStream<'static, Result<Sse, SseError>> {
+    pub(super) fn events(&self, response: reqwest::Response) -> BoxStream<'static, Result<Sse, SseError>> {
         let this = self.clone();
         let body = response.bytes_stream().map(|chunk| chunk.map_err(|e| std::io::Error::other(e.without_url().to_string())));
         let bytes = bounded_events(body, MAX_EVENT_BYTES);
@@ -180,7 +183,7 @@ impl PolicyHttp {
             .boxed()
     }
 
-    fn status_error(&self, response: &reqwest::Response) -> Option<Failure> {
+    pub(super) fn status_error(&self, response: &reqwest::Response) -> Option<Failure> {
         let status = response.status();
         if status == reqwest::StatusCode::UNAUTHORIZED {
             let header = response.headers().get(reqwest::header::WWW_AUTHENTICATE).and_then(|h| h.to_str().ok()).unwrap_or("Bearer");
@@ -220,7 +223,7 @@ pub fn server_secrets<'a>(url: Option<&str>, header_names: impl Iterator<Item = 
     Secrets::new(&declared, |name| by_name.get(name).copied()).map_err(|e| e.to_string())
 }
 
-fn content_type(response: &reqwest::Response) -> String {
+pub(super) fn content_type(response: &reqwest::Response) -> String {
     response.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_ascii_lowercase()
 }
 
@@ -329,11 +332,31 @@ impl StreamableHttpClient for PolicyHttp {
         if let Some(token) = auth_header.and_then(|t| HeaderValue::from_str(&format!("Bearer {t}")).ok()) {
             headers.push((http::header::AUTHORIZATION, token));
         }
+        let discover = match &message {
+            ClientJsonRpcMessage::Request(request) if matches!(request.request, ClientRequest::DiscoverRequest(_)) => Some(request.id.clone()),
+            _ => None,
+        };
         let body = serde_json::to_vec(&message).map_err(StreamableHttpError::Deserialize)?;
         let response = self.send(reqwest::Method::POST, &uri, headers, Some(body)).await?;
         let status = response.status();
         if status == reqwest::StatusCode::ACCEPTED || status == reqwest::StatusCode::NO_CONTENT {
             return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        // A server of a revision with sessions refuses `server/discover`
+        // with a 4xx (no session): answered as a JSON-RPC error, so the
+        // client falls back to `initialize` (as rmcp's own clients do).
+        if let Some(id) = discover
+            && session_id.is_none()
+            && status.is_client_error()
+            && !matches!(status, reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN)
+        {
+            let body = read_bounded(response, MAX_ERROR_BYTES).await.unwrap_or_default();
+            let body = String::from_utf8_lossy(&body);
+            let error = match serde_json::from_str::<ServerJsonRpcMessage>(&self.redact(&body)) {
+                Ok(ServerJsonRpcMessage::Error(error)) => error.error,
+                _ => rmcp::ErrorData::invalid_request(format!("server/discover refused with HTTP {status}"), None),
+            };
+            return Ok(StreamableHttpPostResponse::Json(ServerJsonRpcMessage::error(error, Some(id)), None));
         }
         if status == reqwest::StatusCode::NOT_FOUND && session_id.is_some() {
             return Err(StreamableHttpError::SessionExpired);

@@ -11,6 +11,7 @@
 
 pub mod http;
 pub mod results;
+pub mod sse;
 pub mod stdio;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,6 +113,9 @@ pub enum ServerState {
     Connected {
         /// Tools offered (after the allow-list and schema checks).
         tools: usize,
+        /// The protocol revision agreed on (`2026-07-28` is the stateless
+        /// one, reached by `server/discover`; older ones by `initialize`).
+        protocol: String,
     },
     /// The last attempt failed (or the connection ended); retried.
     Down {
@@ -316,6 +320,11 @@ fn unique(name: String, taken: &mut std::collections::BTreeSet<String>) -> Strin
     candidate
 }
 
+/// The protocol revision a connection agreed on.
+fn protocol_of(peer: &rmcp::Peer<RoleClient>) -> String {
+    peer.peer_info().map(|info| info.protocol_version.to_string()).unwrap_or_else(|| "unknown".into())
+}
+
 /// The client side of one connection: hears `tools/list_changed`.
 #[derive(Clone)]
 struct Listener {
@@ -330,7 +339,7 @@ impl rmcp::ClientHandler for Listener {
                 let tools = source.adopt(listed);
                 tracing::info!(server = %source.name, tools = tools.len(), "MCP server changed its tools");
                 let count = tools.len();
-                source.set_tools(Some(context.peer.clone()), tools, ServerState::Connected { tools: count });
+                source.set_tools(Some(context.peer.clone()), tools, ServerState::Connected { tools: count, protocol: protocol_of(&context.peer) });
             }
             Err(e) => tracing::warn!(server = %source.name, "listing the MCP server's changed tools failed: {}", source.redact(&e.to_string())),
         }
@@ -354,17 +363,23 @@ async fn connect(source: &Arc<ServerSource>) -> Result<Connection, String> {
         }
         match (&config.url, &config.command) {
             (Some(url), _) => {
-                if config.transport == RemoteTransport::Sse {
-                    return Err("`transport = \"sse\"` (the older HTTP+SSE transport) is not supported yet; use a streamable-HTTP endpoint".to_string());
-                }
                 let headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                 let client = http::PolicyHttp::new(&source.label, url, &headers, source.secrets.clone())?;
-                let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 // A server the user logged in to (`chitin mcp login`) gets
                 // its token, refreshed first when it is about to expire.
-                transport_config.auth_header = super::oauth::access_token(&source.settings.data_root, &source.name, url).await.map_err(|e| source.redact(&e.to_string()))?;
+                let access_token = super::oauth::access_token(&source.settings.data_root, &source.name, url).await.map_err(|e| source.redact(&e.to_string()))?;
+                if config.transport == RemoteTransport::Sse {
+                    let transport = sse::SseTransport::connect(client, url, access_token).await.map_err(|e| source.redact(&e))?;
+                    let service = rmcp::serve_client(listener, transport).await.map_err(|e| source.redact(&e.to_string()))?;
+                    return Ok(Connection { service, _child: None });
+                }
+                let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                transport_config.auth_header = access_token;
                 let transport = StreamableHttpClientTransport::with_client(client, transport_config);
-                let service = rmcp::serve_client(listener, transport).await.map_err(|e| source.redact(&e.to_string()))?;
+                // The stateless revision (2026-07-28: `server/discover`, no
+                // session) when the server speaks it, else `initialize`.
+                let lifecycle = rmcp::ClientLifecycleMode::Auto { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28], legacy_version: None };
+                let service = rmcp::service::serve_client_with_lifecycle(listener, transport, lifecycle).await.map_err(|e| source.redact(&e.to_string()))?;
                 Ok(Connection { service, _child: None })
             }
             (None, Some(command)) => {
@@ -407,7 +422,8 @@ async fn supervise(source: Arc<ServerSource>, stop: CancellationToken) {
                             tracing::debug!(server = %source.name, tools = count, "MCP server connected");
                         }
                         backoff = Duration::from_secs(1);
-                        source.set_tools(Some(peer), tools, ServerState::Connected { tools: count });
+                        let protocol = protocol_of(&peer);
+                        source.set_tools(Some(peer), tools, ServerState::Connected { tools: count, protocol });
                         source.end_first_attempt();
                         let Connection { service, _child } = connection;
                         // Stopping drops the service (its guard ends the
