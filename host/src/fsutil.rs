@@ -10,9 +10,18 @@ use std::path::Path;
 /// never half of one: a temp file beside it, `fsync`, rename, `fsync` of the
 /// directory. The error names the step that failed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), (&'static str, std::io::Error)> {
+    write_atomic_mode(path, bytes, 0o666)
+}
+
+/// [`write_atomic`] with the file created with `mode` (less the umask)
+/// from the start: a config holding secrets is never readable by others,
+/// not even as the temp file.
+pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), (&'static str, std::io::Error)> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = path.with_extension("tmp");
-    let mut file = File::create(&tmp).map_err(|e| ("creating the temp file", e))?;
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp).map_err(|e| ("creating the temp file", e))?;
     file.write_all(bytes).map_err(|e| ("writing the temp file", e))?;
     file.sync_all().map_err(|e| ("syncing the temp file", e))?;
     drop(file);

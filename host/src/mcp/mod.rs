@@ -16,5 +16,6 @@
 
 pub mod client;
 pub mod config;
+pub mod edit;
 pub mod oauth;
 pub mod server;

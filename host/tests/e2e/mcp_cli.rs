@@ -53,3 +53,50 @@ fn a_server_s_stderr_flood_is_logged_bounded_and_escaped() {
     assert!(!err.contains('\x1b') && !err.contains('\x07'), "no escape reaches the log");
     assert!(err.len() < 20_000, "{} bytes of logs", err.len());
 }
+
+/// `chitin mcp add|remove` edit config.toml in place: comments kept, a bad
+/// entry refused without touching the file, the result read back by `list`.
+#[test]
+fn add_and_remove_edit_the_config_and_keep_the_rest() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    let original = "# my settings\n[agent]\nmodel = \"m\"  # the model I pay for\n";
+    std::fs::write(&config, original).unwrap();
+    let run = |args: &[&str]| chitin(home.path(), args).output().unwrap();
+
+    let added = run(&["mcp", "add", "files", "--env", "ROOT=/tmp", "--", "npx", "-y", "@modelcontextprotocol/server-filesystem"]);
+    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    let added = run(&["mcp", "add", "gh", "--url", "https://api.example.com/mcp", "--header", "Authorization: Bearer {{secret:token}}", "--secret", "token=${GH_TOKEN}"]);
+    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    let raw = run(&["mcp", "add", "raw", "--no-sandbox", "--", "/usr/bin/my-server"]);
+    assert!(String::from_utf8_lossy(&raw.stdout).contains("WITHOUT the OS sandbox"));
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.starts_with(original), "the user's lines are kept: {text}");
+    assert!(text.contains("[mcp_servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-filesystem\"]\nenv = { ROOT = \"/tmp\" }\n"), "{text}");
+    assert!(text.contains("secrets = { token = \"${GH_TOKEN}\" }"), "the secret stays a reference: {text}");
+
+    let list = run(&["mcp", "list"]);
+    let out = String::from_utf8_lossy(&list.stdout);
+    assert!(list.status.success() && out.contains("files") && out.contains("gh") && out.contains("raw"), "{out}");
+
+    // Refused, and the file is as it was.
+    for bad in [
+        &["mcp", "add", "files", "--", "other"][..],
+        &["mcp", "add", "Bad Name", "--url", "https://x/mcp"],
+        &["mcp", "add", "ftp", "--url", "ftp://x"],
+        &["mcp", "add", "nothing"],
+        &["mcp", "remove", "nope"],
+    ] {
+        let out = run(bad);
+        assert!(!out.status.success(), "{bad:?} succeeded");
+        assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), text, "{bad:?} changed the file");
+    }
+    assert!(run(&["mcp", "add", "files", "--force", "--", "other"]).status.success());
+
+    for name in ["files", "gh", "raw"] {
+        assert!(run(&["mcp", "remove", name]).status.success());
+    }
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.starts_with(original) && !text.contains("[mcp_servers"), "{text}");
+}

@@ -57,6 +57,6 @@ pub(super) async fn run(cmd: McpCommand, data: DataDir, options: AppOptions) -> 
             }
             Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
         }
-        McpCommand::Login { .. } | McpCommand::Serve(_) => unreachable!("routed to login and serve"),
+        McpCommand::Login { .. } | McpCommand::Serve(_) | McpCommand::Add(_) | McpCommand::Remove { .. } => unreachable!("routed elsewhere"),
     }
 }

@@ -3,6 +3,7 @@
 //! (`serve`: [`serve`]).
 
 mod client;
+mod edit;
 mod login;
 mod serve;
 
@@ -20,6 +21,15 @@ use chitin::config::DataDir;
 pub(crate) enum McpCommand {
     /// The configured MCP servers: transport, sandbox, whether enabled.
     List,
+    /// Add a server to config.toml: `--url URL` for a remote one, or
+    /// `-- COMMAND [ARGS]...` for a local one (run in the OS sandbox unless
+    /// `--no-sandbox`). The rest of the file is kept as it is.
+    Add(edit::AddArgs),
+    /// Remove a server from config.toml.
+    Remove {
+        /// The server's name.
+        name: String,
+    },
     /// Connect to a server (every enabled one without NAME) and list its tools.
     Tools {
         /// The server's name.
@@ -46,6 +56,8 @@ pub(super) async fn run(cmd: McpCommand, data: DataDir, options: AppOptions) -> 
     match cmd {
         McpCommand::Login { name } => login::run(&name, data, options).await,
         McpCommand::Serve(args) => serve::run(args, data, options).await,
+        McpCommand::Add(args) => edit::add(args, &data, &options),
+        McpCommand::Remove { name } => edit::remove(&name, &data, &options),
         other => client::run(other, data, options).await,
     }
 }
