@@ -90,12 +90,7 @@ async fn a_bearer_secret_reaches_the_http_server_and_never_the_model_the_session
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_listening(port);
     let mock = MockLlm::start(Script::new([MockReply::tool_call("mcp_web_whoami", "{}"), MockReply::text("ok")]));
     let config = format!(
         "[mcp_servers.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ Authorization = \"Bearer {{{{secret:token}}}}\" }}\nsecrets = {{ token = \"{TOKEN}\" }}\n"
@@ -264,7 +259,31 @@ fn everything() -> String {
     path
 }
 
-/// What both transports of server-everything must show: a whole turn
+/// server-everything serving `transport` on a free port, once it listens.
+fn everything_on_a_port(transport: &str) -> (std::process::Child, u16) {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let server = std::process::Command::new("node")
+        .args([everything().as_str(), transport])
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_listening(port);
+    (server, port)
+}
+
+/// Waits (up to 20 s, not an assertion) until something listens on `port`.
+fn wait_listening(port: u16) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What every transport of server-everything must show: a whole turn
 /// through its `echo`, its other result kinds bounded and made text, and
 /// (on stdio) an environment without the host's secrets.
 async fn check_everything(t: &TestAgent, server: &str) {
@@ -311,20 +330,7 @@ async fn server_everything_over_stdio_in_the_os_sandbox_streamable_http_and_sse(
     drop(t);
 
     // streamable HTTP on a port of its own.
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut server = std::process::Command::new("node")
-        .args([everything(), "streamableHttp".into()])
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (mut server, port) = everything_on_a_port("streamableHttp");
     let script = Script::new([MockReply::tool_call("mcp_evh_echo", r#"{"message": "hello everything"}"#), MockReply::text("done")]);
     let t = TestAgent::with_config(MockLlm::start(script), &format!("[mcp_servers.evh]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"));
     check_everything(&t, "evh").await;
@@ -332,20 +338,7 @@ async fn server_everything_over_stdio_in_the_os_sandbox_streamable_http_and_sse(
     drop(t);
 
     // The older HTTP+SSE transport (2024-11-05), which it also serves.
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut server = std::process::Command::new("node")
-        .args([everything(), "sse".into()])
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (mut server, port) = everything_on_a_port("sse");
     let script = Script::new([MockReply::tool_call("mcp_evs_echo", r#"{"message": "hello everything"}"#), MockReply::text("done")]);
     let t = TestAgent::with_config(MockLlm::start(script), &format!("[mcp_servers.evs]\nurl = \"http://127.0.0.1:{port}/sse\"\ntransport = \"sse\"\n"));
     check_everything(&t, "evs").await;
