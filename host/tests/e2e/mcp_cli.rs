@@ -100,3 +100,56 @@ fn add_and_remove_edit_the_config_and_keep_the_rest() {
     let text = std::fs::read_to_string(&config).unwrap();
     assert!(text.starts_with(original) && !text.contains("[mcp_servers"), "{text}");
 }
+
+/// A remote server that reflects the bearer token it was sent in every
+/// error it answers: `chitin mcp doctor` at debug level shows the failure,
+/// and neither its output nor its log holds the token.
+#[test]
+fn a_server_reflecting_the_bearer_token_never_gets_it_into_output_or_logs() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    const TOKEN: &str = "sk-REFLECT-90210";
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let seen = received.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let (mut auth, mut length) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if lower.starts_with("authorization:") {
+                    auth = line["authorization:".len()..].trim().to_string();
+                }
+                if let Some(n) = lower.strip_prefix("content-length:") {
+                    length = n.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; length];
+            let _ = reader.read_exact(&mut body);
+            seen.lock().unwrap().push_str(&auth);
+            let id = serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|v| v.get("id").cloned()).unwrap_or(serde_json::Value::Null);
+            let answer = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": format!("you sent {auth}, which is not welcome")}}).to_string();
+            let mut stream = stream;
+            let _ = write!(stream, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}", answer.len());
+        }
+    });
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!("[mcp_servers.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ Authorization = \"Bearer {{{{secret:token}}}}\" }}\nsecrets = {{ token = \"${{MCP_TEST_TOKEN}}\" }}\nstartup_timeout_secs = 5\n"),
+    )
+    .unwrap();
+    let out = chitin(home.path(), &["mcp", "doctor", "web"]).env("MCP_TEST_TOKEN", TOKEN).env("RUST_LOG", "debug").output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(received.lock().unwrap().contains(TOKEN), "the attack ran: the server got the token");
+    assert!(!out.status.success());
+    assert!(stdout.contains("web: FAILED") && stdout.contains("{{secret:token}}"), "the reflection shows as the placeholder: {stdout}");
+    assert!(!stdout.contains(TOKEN) && !stderr.contains(TOKEN), "the token leaked:\n{stdout}\n{stderr}");
+    assert!(stderr.contains("DEBUG"), "the log was at debug level");
+}

@@ -320,6 +320,17 @@ fn unique(name: String, taken: &mut std::collections::BTreeSet<String>) -> Strin
     candidate
 }
 
+/// A failed handshake in words: both attempts when discover fell back to
+/// `initialize` and that failed too (rmcp's own text names neither).
+fn handshake_error(error: &rmcp::service::ClientInitializeError) -> String {
+    match error {
+        rmcp::service::ClientInitializeError::LegacyFallbackFailed { discover, fallback } => {
+            format!("the handshake failed: server/discover: {discover}; then initialize: {fallback}")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// The protocol revision a connection agreed on.
 fn protocol_of(peer: &rmcp::Peer<RoleClient>) -> String {
     peer.peer_info().map(|info| info.protocol_version.to_string()).unwrap_or_else(|| "unknown".into())
@@ -379,7 +390,7 @@ async fn connect(source: &Arc<ServerSource>) -> Result<Connection, String> {
                 // The stateless revision (2026-07-28: `server/discover`, no
                 // session) when the server speaks it, else `initialize`.
                 let lifecycle = rmcp::ClientLifecycleMode::Auto { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28], legacy_version: None };
-                let service = rmcp::service::serve_client_with_lifecycle(listener, transport, lifecycle).await.map_err(|e| source.redact(&e.to_string()))?;
+                let service = rmcp::service::serve_client_with_lifecycle(listener, transport, lifecycle).await.map_err(|e| source.redact(&handshake_error(&e)))?;
                 Ok(Connection { service, _child: None })
             }
             (None, Some(command)) => {
