@@ -12,9 +12,11 @@
 //! Concerns: [`bwrap`] builds bubblewrap's arguments (the exact list is in
 //! the book, security/os-sandbox.md), [`probe`] finds bubblewrap and checks
 //! once that it can create namespaces here, [`limits`] the resource limits,
-//! [`env`] the sandbox's environment.
+//! [`env`] the sandbox's environment, [`cgroup`] the process cap of a
+//! host running as root.
 
 mod bwrap;
+mod cgroup;
 mod env;
 mod limits;
 mod probe;
@@ -91,6 +93,14 @@ pub fn command(
     // bwrap's own environment must be empty too: the sandbox's PID 1 is a
     // fork of bwrap, and its /proc/1/environ is readable from inside.
     cmd.env_clear().args(argv).kill_on_drop(true);
+    // A root host is exempt from RLIMIT_NPROC: a pids cgroup caps it.
+    if let Some(cgroup) = policy.limits.processes.and_then(cgroup::PidsCgroup::create) {
+        // SAFETY: the closure only calls async-signal-safe functions (see
+        // `join_from_child`) and allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || cgroup.join_from_child());
+        }
+    }
     tracing::debug!(bwrap = %bwrap.display(), program, "sandboxed command");
     Ok(cmd)
 }
