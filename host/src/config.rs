@@ -259,6 +259,11 @@ pub struct GatewayConfig {
     /// address and `localhost:PORT` (`name` matches any port, `name:port`
     /// that port only). Guards against DNS rebinding.
     pub allowed_hosts: Vec<String>,
+    /// The tools `/mcp` serves to MCP clients (with a token only): absent,
+    /// every tool of a plugin that needs nothing of the agent; a list, only
+    /// those; `[]`, no `/mcp` at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_tools: Option<Vec<String>>,
 }
 
 impl Default for GatewayConfig {
@@ -271,6 +276,7 @@ impl Default for GatewayConfig {
             max_connections: 256,
             max_connections_per_address: 32,
             allowed_hosts: Vec::new(),
+            mcp_tools: None,
         }
     }
 }

@@ -191,7 +191,7 @@ pub const MCP_PATH: &str = "/mcp";
 /// a tool call is the agent's reach, and it is never left open.
 async fn mcp(state: &ApiState, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let Some(endpoint) = &state.mcp else {
-        return Err(ApiError::new(404, "invalid_request_error", Some("not_found"), "MCP is served at /mcp only when [gateway] auth_token is set"));
+        return Err(ApiError::new(404, "invalid_request_error", Some("not_found"), "MCP is served at /mcp only when [gateway] auth_token is set (and mcp_tools is not [])"));
     };
     let (parts, body) = request.into_parts();
     let body = read_body_within(body, MAX_BODY_BYTES, state.body_timeout).await?;

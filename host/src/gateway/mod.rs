@@ -294,14 +294,21 @@ impl Gateway {
     }
 }
 
-/// The `/mcp` endpoint over the plugins' tools, when the gateway has a
-/// token to put in front of it.
+/// The `/mcp` endpoint over the plugins' tools (those of `[gateway]
+/// mcp_tools` when it names some), when the gateway has a token to put in
+/// front of it and `mcp_tools` is not `[]`. A name that cannot be served
+/// turns `/mcp` off with a warning; the rest of the gateway runs.
 fn mcp_endpoint(app: &App, auth: &GatewayAuth, stop: CancellationToken) -> Option<crate::mcp::server::http::McpEndpoint> {
     use crate::mcp::server::{DEFAULT_MAX_CALLS, ToolServer, http::McpEndpoint, served_tools};
     if matches!(auth, GatewayAuth::Disabled) {
         return None;
     }
-    match served_tools(&app.tools, &[]) {
+    let only = match &app.config.gateway.mcp_tools {
+        Some(names) if names.is_empty() => return None,
+        Some(names) => names.as_slice(),
+        None => &[],
+    };
+    match served_tools(&app.tools, only) {
         Ok(tools) => Some(McpEndpoint::new(ToolServer::new(tools, DEFAULT_MAX_CALLS, "http"), http::MAX_BODY_BYTES, stop)),
         Err(e) => {
             tracing::warn!("gateway: /mcp is off: {e}");

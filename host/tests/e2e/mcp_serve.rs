@@ -340,3 +340,30 @@ fn typescript_sdk_client_over_stdio_and_http() {
     assert_eq!(seen["afterCancel"]["text"], "1", "{seen}");
     gw.wait_for("the cancel to be logged", || gw.stderr().contains("call cancelled by the client; its instance was stopped"));
 }
+
+/// `[gateway] mcp_tools` narrows what `/mcp` serves; `[]` turns it off.
+#[tokio::test]
+async fn the_gateway_serves_only_its_mcp_tools() {
+    let (home, _) = home_with_hostile(20_000);
+    let config = home.path().join("config.toml");
+    let base = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{base}mcp_tools = [\"echo\", \"read_file\"]\n")).unwrap();
+    let gw = gateway(home.path());
+    let client = reqwest::Client::new();
+    let url = gw.url("/mcp");
+    let opened = initialize(&client, &url, Some(TOKEN)).await;
+    let session = opened.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let post = |body: Value| client.post(&url).bearer_auth(TOKEN).header("accept", "application/json, text/event-stream").header("content-type", "application/json").header("mcp-session-id", &session).body(body.to_string()).send();
+    post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await.unwrap();
+    let listed = post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await.unwrap().text().await.unwrap();
+    let data = listed.lines().find_map(|l| l.strip_prefix("data: ").filter(|d| d.contains("\"tools\""))).unwrap_or_else(|| panic!("{listed}"));
+    let answer: Value = serde_json::from_str(data).unwrap();
+    let mut names: Vec<&str> = answer["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["echo", "read_file"]);
+    drop(gw);
+
+    std::fs::write(&config, format!("{base}mcp_tools = []\n")).unwrap();
+    let gw = gateway(home.path());
+    assert_eq!(initialize(&client, &gw.url("/mcp"), Some(TOKEN)).await.status(), 404);
+}
