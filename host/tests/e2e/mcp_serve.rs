@@ -252,7 +252,11 @@ fn drive(mut cmd: Command, home: &Path) -> Value {
 }
 
 /// What both SDKs' main runs must show.
-fn check_main_run(seen: &Value, echo_key: &str, error_key: &str) {
+/// `ordered`: the transport is one ordered stream (stdio), so the runtime's
+/// closing "[progress cut …]" line is seen before the result. Over HTTP a
+/// client may take the result first and drop a late progress line (seen
+/// once with the TypeScript SDK), so there it may be missing.
+fn check_main_run(seen: &Value, echo_key: &str, error_key: &str, ordered: bool) {
     let tools: Vec<&str> = seen["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
     assert!(tools.contains(&"echo") && tools.contains(&"read_file") && tools.contains(&"spin"), "{tools:?}");
     assert!(!tools.contains(&"message") && !tools.contains(&"cron"), "{tools:?}");
@@ -264,7 +268,10 @@ fn check_main_run(seen: &Value, echo_key: &str, error_key: &str) {
     let updates = seen["progress"]["updates"].as_array().unwrap();
     assert!(!updates.is_empty() && updates.len() <= 10, "progress arrives, bounded: {updates:?}");
     assert_eq!(updates[0]["message"], "step");
-    assert!(updates.last().unwrap()["message"].as_str().unwrap().contains("updates dropped"), "{updates:?}");
+    assert!(updates.iter().all(|u| u["message"] == "step" || u["message"].as_str().unwrap().contains("updates dropped")), "{updates:?}");
+    if ordered {
+        assert!(updates.last().unwrap()["message"].as_str().unwrap().contains("updates dropped"), "{updates:?}");
+    }
 }
 
 fn check_cancel(seen: &Value, after: &str, limit_key: &str, limit: f64) {
@@ -283,7 +290,7 @@ fn python_sdk_client_over_stdio_and_http() {
         let mut cmd = Command::new(python());
         cmd.args([support("drive_server.py").as_str(), "main", mode, "stdio", CHITIN, "mcp", "serve", "--max-calls", "1"]);
         let seen = drive(cmd, home.path());
-        check_main_run(&seen, "hi from python", "is_error");
+        check_main_run(&seen, "hi from python", "is_error", true);
         assert_eq!(seen["read_file"]["text"], "    1| written over MCP", "{seen}");
         assert_eq!(std::fs::read_to_string(workspace.join("notes/mcp.txt")).unwrap(), "written over MCP");
         assert_eq!(seen["escape"]["is_error"], true, "{seen}");
@@ -303,7 +310,7 @@ fn python_sdk_client_over_stdio_and_http() {
         let mut cmd = Command::new(python());
         cmd.args([support("drive_server.py").as_str(), "main", mode, "http", &gw.url("/mcp"), TOKEN]);
         let seen = drive(cmd, home.path());
-        check_main_run(&seen, "hi from python", "is_error");
+        check_main_run(&seen, "hi from python", "is_error", false);
         assert_eq!(seen["read_file"]["text"], "    1| written over MCP", "{seen}");
         assert_eq!(seen["after_cancel"]["text"], "1", "{seen}");
     }
@@ -328,7 +335,7 @@ fn typescript_sdk_client_over_stdio_and_http() {
     let mut cmd = Command::new("node");
     cmd.args([support("drive_server.mjs").as_str(), "stdio", CHITIN, "mcp", "serve", "--max-calls", "1"]);
     let seen = drive(cmd, home.path());
-    check_main_run(&seen, "hi from typescript", "isError");
+    check_main_run(&seen, "hi from typescript", "isError", true);
     assert!(seen["cancel"].as_str().unwrap().starts_with("aborted"), "{seen}");
     check_cancel(&seen, "afterCancel", "ms", 5000.0);
 
@@ -336,7 +343,7 @@ fn typescript_sdk_client_over_stdio_and_http() {
     let mut cmd = Command::new("node");
     cmd.args([support("drive_server.mjs").as_str(), "http", &gw.url("/mcp"), TOKEN]);
     let seen = drive(cmd, home.path());
-    check_main_run(&seen, "hi from typescript", "isError");
+    check_main_run(&seen, "hi from typescript", "isError", false);
     assert_eq!(seen["afterCancel"]["text"], "1", "{seen}");
     gw.wait_for("the cancel to be logged", || gw.stderr().contains("call cancelled by the client; its instance was stopped"));
 }
