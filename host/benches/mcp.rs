@@ -119,26 +119,11 @@ fn stdio_round_trips(home: &std::path::Path) -> Vec<Duration> {
 }
 
 async fn http_round_trips(home: &std::path::Path) -> Vec<Duration> {
-    let mut gateway = Command::new(CHITIN_BIN)
-        .arg("gateway")
-        .env("CHITIN_HOME", home)
-        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
-        .env("OPENAI_API_KEY", "unused")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(gateway.stderr.take().unwrap());
-    let mut line = String::new();
-    let base = loop {
-        line.clear();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "the gateway did not start");
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let mut cmd = Command::new(CHITIN_BIN);
+    cmd.arg("gateway").env("CHITIN_HOME", home).env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1").env("OPENAI_API_KEY", "unused");
+    // Killed when dropped, at the end of this function.
+    let gateway = chitin_testing::binary::Gateway::spawn(cmd);
+    let base = gateway.base();
     let url = format!("{base}/mcp");
     let client = reqwest::Client::new();
     let post = |body: Value, session: Option<String>| {
@@ -162,8 +147,7 @@ async fn http_round_trips(home: &std::path::Path) -> Vec<Duration> {
             samples.push(started.elapsed());
         }
     }
-    let _ = gateway.kill();
-    let _ = gateway.wait();
+    drop(gateway);
     samples
 }
 

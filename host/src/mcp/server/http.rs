@@ -63,11 +63,6 @@ impl McpEndpoint {
         let request = request.map(Full::new);
         self.service.handle(request).await
     }
-
-    /// Sessions open now.
-    pub async fn open_sessions(&self) -> usize {
-        self.sessions.sessions.read().await.len()
-    }
 }
 
 fn too_many_sessions() -> Response<BoxBody<Bytes, Infallible>> {
