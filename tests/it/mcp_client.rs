@@ -135,44 +135,43 @@ fn answering(ip: &str, answer: &'static str) -> (u16, Arc<AtomicUsize>) {
     (port, count)
 }
 
+/// A server on 127.0.0.1 whose answer (`answer(port)`) points at a
+/// listener on 127.0.0.2, never named in the config (`entry(port)` is the
+/// server's table): the server was asked, the connection is `Down` with
+/// `reason`, the other address was never contacted, and the agent goes on.
+async fn pointing_elsewhere_is_refused(answer: impl FnOnce(u16) -> String, entry: impl FnOnce(u16) -> String, reason: &str) {
+    let (inside, contacted) = answering("127.0.0.2", "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n");
+    let (outside, asked) = answering("127.0.0.1", Box::leak(answer(inside).into_boxed_str()));
+    let t = TestAgent::with_config(MockLlm::start(Script::new([MockReply::text("fine")])), &entry(outside));
+    t.mcp.first_attempts(Duration::from_secs(10)).await;
+    assert!(asked.load(Ordering::SeqCst) >= 1, "the server was asked and pointed elsewhere");
+    let state = t.mcp.servers()[0].state();
+    assert!(matches!(&state, ServerState::Down { reason: r } if r.contains(reason)), "{state:?}");
+    assert_eq!(contacted.load(Ordering::SeqCst), 0, "the other address was never contacted");
+    assert!(!tool_names(&t).iter().any(|n| n.starts_with("mcp_")));
+    assert_eq!(t.ask("hello").await, "fine");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_server_redirecting_to_a_private_address_is_not_followed() {
-    // The redirect's target: another loopback address, never named in the config.
-    let (inside, contacted) = answering("127.0.0.2", "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
-    let redirect: &'static str = Box::leak(
-        format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.2:{inside}/mcp\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").into_boxed_str(),
-    );
-    let (outside, asked) = answering("127.0.0.1", redirect);
-    let config = format!("[mcp_servers.evil]\nurl = \"http://127.0.0.1:{outside}/mcp\"\nstartup_timeout_secs = 5\n");
-    let t = TestAgent::with_config(MockLlm::start(Script::new([MockReply::text("fine")])), &config);
-    t.mcp.first_attempts(Duration::from_secs(10)).await;
-    assert!(asked.load(Ordering::SeqCst) >= 1, "the server was asked and answered with the redirect");
-    let state = t.mcp.servers()[0].state();
-    assert!(matches!(&state, ServerState::Down { reason } if reason.contains("redirect")), "{state:?}");
-    assert_eq!(contacted.load(Ordering::SeqCst), 0, "the private address was never contacted");
-    assert!(!tool_names(&t).iter().any(|n| n.starts_with("mcp_")));
-    // The agent is unaffected.
-    assert_eq!(t.ask("hello").await, "fine");
+    pointing_elsewhere_is_refused(
+        |inside| format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.2:{inside}/mcp\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"),
+        |outside| format!("[mcp_servers.evil]\nurl = \"http://127.0.0.1:{outside}/mcp\"\nstartup_timeout_secs = 5\n"),
+        "redirect",
+    )
+    .await;
 }
 
 /// An HTTP+SSE server whose `endpoint` event names another host: the
 /// client refuses it, and the host it named is never contacted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sse_server_naming_an_endpoint_on_another_host_is_refused() {
-    let (inside, contacted) = answering("127.0.0.2", "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n");
-    let stream: &'static str = Box::leak(
-        format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\r\nevent: endpoint\r\ndata: http://127.0.0.2:{inside}/message?sessionId=1\r\n\r\n")
-            .into_boxed_str(),
-    );
-    let (outside, asked) = answering("127.0.0.1", stream);
-    let config = format!("[mcp_servers.old]\nurl = \"http://127.0.0.1:{outside}/sse\"\ntransport = \"sse\"\nstartup_timeout_secs = 5\n");
-    let t = TestAgent::with_config(MockLlm::start(Script::new([MockReply::text("fine")])), &config);
-    t.mcp.first_attempts(Duration::from_secs(10)).await;
-    assert!(asked.load(Ordering::SeqCst) >= 1, "the server was asked and named its endpoint");
-    let state = t.mcp.servers()[0].state();
-    assert!(matches!(&state, ServerState::Down { reason } if reason.contains("another origin")), "{state:?}");
-    assert_eq!(contacted.load(Ordering::SeqCst), 0, "the endpoint's host was never contacted");
-    assert_eq!(t.ask("hello").await, "fine");
+    pointing_elsewhere_is_refused(
+        |inside| format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\r\nevent: endpoint\r\ndata: http://127.0.0.2:{inside}/message?sessionId=1\r\n\r\n"),
+        |outside| format!("[mcp_servers.old]\nurl = \"http://127.0.0.1:{outside}/sse\"\ntransport = \"sse\"\nstartup_timeout_secs = 5\n"),
+        "another origin",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
